@@ -1,0 +1,209 @@
+"""Rosetta Bench command line: `python -m orchestrator <command> ...`.
+
+Arguments are parsed here and handed to plain functions that do the work (tests call those).
+Expected failures raise UserError, caught once in `main`: one line naming the fix, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import __version__, frameworks as framework_registry, host
+from orchestrator import matrix as matrix_module
+from orchestrator.backends import BACKENDS
+from orchestrator.backends.local import LocalBackend, READY_MARKER, default_cache_dir
+from orchestrator.errors import UserError
+from workloads.common import data
+from workloads.common.hyperparams import DATA_SOURCES, PROFILES
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+EXIT_USER_ERROR = 2
+EXIT_CELLS_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [item.strip() for item in value.split(",") if item.strip()] if value else None
+
+
+# --- run-matrix ---------------------------------------------------------------------------------
+
+def choose_backend(requested: str) -> str:
+    """`auto` picks Docker when an engine answers, else the local backend, and says which in one line."""
+    if requested == "docker":
+        raise UserError("the Docker backend is not available in this release yet; use --backend local "
+                        "(what `auto` picks)")
+    if requested == "auto":
+        engine = host.docker_engine()
+        if engine.available:
+            console.print(f"{engine.detail} answered, but the Docker backend is not available yet; "
+                          "using the local backend (per-framework virtual environments).")
+        else:
+            console.print("No Docker engine answered; using the local backend (per-framework virtual environments).")
+    return "local"
+
+
+def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", frameworks: list[str] | None = None,
+               variants: list[str] | None = None, workloads: list[str] | None = None,
+               precisions: list[str] | None = None, profile: str | None = None, data_source: str | None = None,
+               results_dir: Path | None = None, resume: bool = False, repeat: int | None = None,
+               timeout: float | None = None, python: str | None = None, data_dir: Path | None = None,
+               cache_dir: Path | None = None, gpus: str | None = None, render_report: bool = True) -> int:
+    from orchestrator import runner  # rich progress and the report are only needed here
+
+    registry = framework_registry.discover()
+    matrix = matrix_module.load(matrix_file, registry)
+    matrix = matrix_module.narrow(matrix, registry, names=frameworks, variants=variants, workloads=workloads,
+                                  precisions=precisions, profile=profile, data=data_source, repeat=repeat)
+    cells = matrix.cells(registry)
+    if not cells:
+        raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
+                        "against `python -m orchestrator list`")
+    if timeout is not None and timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
+    choose_backend(backend)  # only the local backend exists in this release
+    engine = LocalBackend(registry, cache_dir=cache_dir, python=python, gpus=gpus, log=console.print)
+    if results_dir is None:
+        results_dir = runner.latest_results_dir() if resume else runner.new_results_dir()
+    data_dir = Path(data_dir) if data_dir else data.default_data_dir()
+    console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeat} repeat(s)) "
+                  f"-> {results_dir}")
+    summary = runner.run_cells(cells, engine, registry, results_dir=results_dir, data_dir=data_dir,
+                               resume=resume, timeout=timeout, console=console,
+                               metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
+                                         "repeat": matrix.repeat, "argv": sys.argv[1:]})
+    if render_report:
+        render(results_dir)
+    failed = summary.count("failed") + summary.count("timeout")
+    console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
+                  + (f", {summary.skipped} already done" if summary.skipped else ""))
+    return EXIT_CELLS_FAILED if failed else 0
+
+
+# --- report, list, doctor -----------------------------------------------------------------------
+
+def render(results_dir: Path) -> tuple[Path, Path]:
+    from orchestrator import report
+
+    if not Path(results_dir).is_dir():
+        raise UserError(f"{results_dir} is not a results directory; pass the folder run-matrix wrote (results/<run-id>)")
+    markdown, html = report.render(Path(results_dir))
+    console.print(f"report: {markdown} and {html}")
+    return markdown, html
+
+
+def list_frameworks() -> Table:
+    table = Table(title="Frameworks (images/<name>/ + workloads/<workload>/<name>.py)")
+    for column in ("framework", "name", "variants (device)", "workloads", "notes"):
+        table.add_column(column)
+    for name, framework in framework_registry.discover().items():
+        variants = ", ".join(f"{v.name} ({v.device}{' ' + v.cuda if v.cuda else ''})" for v in framework.variants.values())
+        table.add_row(name, framework.display_name, variants, ", ".join(framework.workloads) or "-", framework.notes)
+    return table
+
+
+def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table:
+    """What this host can run."""
+    table = Table(title="What this host can run", show_header=False)
+    table.add_column("what")
+    table.add_column("status")
+    table.add_row("Rosetta Bench", f"{__version__} (git {host.git_revision() or 'unknown'})")
+    table.add_row("Python", f"{platform.python_version()} at {sys.executable}")
+    engine = host.docker_engine()
+    table.add_row("Docker engine", engine.detail + ("" if engine.available else "  -> run-matrix uses the local backend"))
+    gpus = host.gpus()
+    table.add_row("GPUs", "\n".join(gpus) if gpus else "none (CUDA variants will be recorded as unsupported)")
+    venvs = (Path(cache_dir) if cache_dir else default_cache_dir()) / "venvs"
+    built = sorted(p.name for p in venvs.glob("*") if (p / READY_MARKER).is_file()) if venvs.is_dir() else []
+    table.add_row("environments built", "\n".join(built) if built else f"none yet (built on first use in {venvs})")
+    folder = Path(data_dir) if data_dir else data.default_data_dir()
+    present = [remote.filename for remote in (data.CIFAR10, data.IMDB) if (folder / remote.filename).is_file()]
+    table.add_row("datasets cached", f"{', '.join(present) or 'none'} in {folder}")
+    return table
+
+
+# --- argument parsing ---------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator",
+                                     description="Rosetta Bench: the same models in every framework, measured alike.")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run-matrix", help="run the benchmark matrix and render the report")
+    run.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    run.add_argument("--backend", choices=BACKENDS, default="auto",
+                     help="auto: Docker when an engine answers, else local")
+    run.add_argument("--frameworks", help="comma-separated framework names (see `list`)")
+    run.add_argument("--variants", help="comma-separated variants, e.g. cpu")
+    run.add_argument("--workloads", help="comma-separated: cnn,resnet50,gru")
+    run.add_argument("--precisions", help="comma-separated: fp32,tf32,fp16,bf16")
+    run.add_argument("--profile", choices=PROFILES, help="full = the study's settings; smoke = a few batches")
+    run.add_argument("--data", choices=DATA_SOURCES, help="real datasets or synthetic data of the same shapes")
+    run.add_argument("--results-dir", type=Path, help="default: results/<run-id>/")
+    run.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")
+    run.add_argument("--repeat", type=int, help="runs per cell, interleaved across frameworks")
+    run.add_argument("--timeout", type=float, help="seconds per cell before it is killed")
+    run.add_argument("--python", help="run cells with this interpreter instead of built environments")
+    run.add_argument("--data-dir", type=Path, help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
+    run.add_argument("--cache-dir", type=Path, help="environment cache (default: $ROSETTA_CACHE_DIR or ~/.cache/rosetta-bench)")
+    run.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
+    run.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+
+    report = commands.add_parser("report", help="re-render the report of a results directory")
+    report.add_argument("results_dir", type=Path)
+
+    commands.add_parser("list", help="frameworks, variants and workloads")
+
+    doctor_parser = commands.add_parser("doctor", help="what this host can run")
+    doctor_parser.add_argument("--cache-dir", type=Path)
+    doctor_parser.add_argument("--data-dir", type=Path)
+    return parser
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run-matrix":
+        return run_matrix(matrix_file=args.matrix, backend=args.backend, frameworks=_split(args.frameworks),
+                          variants=_split(args.variants), workloads=_split(args.workloads),
+                          precisions=_split(args.precisions), profile=args.profile, data_source=args.data,
+                          results_dir=args.results_dir, resume=args.resume, repeat=args.repeat,
+                          timeout=args.timeout, python=args.python, data_dir=args.data_dir,
+                          cache_dir=args.cache_dir, gpus=args.gpus, render_report=not args.no_report)
+    if args.command == "report":
+        render(args.results_dir)
+        return 0
+    if args.command == "list":
+        Console().print(list_frameworks())
+        return 0
+    if args.command == "doctor":
+        Console().print(doctor(args.cache_dir, args.data_dir))
+        return 0
+    raise AssertionError(args.command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except UserError as error:
+        from orchestrator.runner import Interrupted
+
+        if args.verbose:
+            traceback.print_exc()
+        console.print(f"[red]error:[/red] {error}")
+        return EXIT_INTERRUPTED if isinstance(error, Interrupted) else EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.exit(main())

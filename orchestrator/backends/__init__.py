@@ -1,0 +1,83 @@
+"""Backends run one cell each and hand back its Result; they share the contract's host half here.
+
+A backend runs `python -m workloads <workload> ...` somewhere (a virtual environment, a
+container), then `collect` turns the exit code and the JSON file it wrote into the final Result:
+exit 0 = ok, EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
+
+BACKENDS = ("auto", "local", "docker")
+STDERR_TAIL_CHARS = 4000
+
+
+@dataclass
+class CellJob:
+    """Everything a backend needs to run one cell."""
+
+    cell: Cell
+    device: str  # cpu or cuda: the variant's device
+    work_dir: Path  # scratch space for this cell, removed afterwards
+    log_path: Path  # the cell's full stdout + stderr, kept
+    data_dir: Path
+    timeout: float | None = None
+    git_revision: str | None = None
+
+
+class Backend(Protocol):
+    name: str
+
+    def run_cell(self, job: CellJob) -> Result: ...
+
+
+def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str) -> list[str]:
+    """The arguments after `python -m workloads` (the same for every backend)."""
+    return [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
+            "--profile", cell.profile, "--precision", cell.precision, "--device", device,
+            "--data", cell.data, "--data-dir", data_dir, "--repeat", str(cell.repeat), "--out", out]
+
+
+def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(0, 2)
+            size = stream.tell()
+            stream.seek(max(0, size - chars))
+            return stream.read().decode("utf-8", errors="replace") or None
+    except OSError:
+        return None
+
+
+def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: Path,
+            timed_out_after: float | None = None) -> Result:
+    """Turn what a finished (or killed) workload left behind into its final Result."""
+    if timed_out_after is not None:
+        result = Result(cell=cell, status="timeout",
+                        reason=f"timed out after {timed_out_after:g} s; the cell was killed")
+    elif not result_file.is_file():
+        result = Result(cell=cell, status="failed", reason=f"exit code {exit_code}; no result written")
+    else:
+        try:
+            result = Result.read(result_file)
+        except SchemaError as error:
+            result = Result(cell=cell, status="failed", reason=f"unreadable result: {error}")
+        if exit_code == EXIT_UNSUPPORTED:
+            result.status = "unsupported"
+        elif exit_code != EXIT_OK:
+            result.status = "failed"
+            result.reason = result.reason or f"exit code {exit_code}"
+        elif result.status != "ok":
+            result.reason = result.reason or f"status {result.status} with exit code 0"
+    if result.status != "ok":
+        result.stderr_tail = tail(log_path)
+    return result
+
+
+def unsupported(cell: Cell, reason: str) -> Result:
+    """A cell that cannot run on this host, decided before anything starts."""
+    return Result(cell=cell, status="unsupported", reason=reason)

@@ -1,0 +1,167 @@
+"""The local backend: each cell in a fresh subprocess inside its framework's own virtual environment.
+
+Environments are built on first use from the same pinned requirements the image uses, one per
+(framework, variant, requirements, Python), and cached. Every cell gets its own HOME and cache
+directories, so frameworks' caches (~/.keras, ~/.cache/...) neither leak between runs nor persist.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from orchestrator.backends import CellJob, collect, workload_arguments
+from orchestrator.errors import UserError
+from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
+from workloads.common.result import Result
+
+READY_MARKER = ".rosetta-ready"
+# Variables a cell inherits from the host; everything else is left out so runs are reproducible.
+_PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                   "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+                   "no_proxy", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE",
+                   "OPENBLAS_L2_SIZE", "ROSETTA_OFFLINE", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ROSETTA_CACHE_DIR") or Path.home() / ".cache" / "rosetta-bench")
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, frameworks: dict[str, Framework], *, cache_dir: Path | None = None,
+                 python: str | None = None, gpus: str | None = None,
+                 log: Callable[[str], None] = print):
+        self.frameworks = frameworks
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.python = python
+        self.gpus = gpus
+        self.log = log
+        self._failed_environments: dict[Path, str] = {}
+        if python and not Path(python).exists() and not shutil.which(python):
+            raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the framework installed")
+
+    # --- environments ---------------------------------------------------------------------------
+
+    def environment_dir(self, variant: Variant, framework: str) -> Path:
+        if not variant.requirements.is_file():
+            raise UserError(f"{variant.requirements} is missing: every variant needs its pinned requirements")
+        digest = hashlib.sha256()
+        digest.update(variant.requirements.read_bytes())
+        digest.update(sys.version.encode())
+        return self.cache_dir / "venvs" / f"{framework}-{variant.name}-{digest.hexdigest()[:12]}"
+
+    def interpreter(self, framework: str, variant_name: str) -> str:
+        """The Python that runs this framework's cells, building its environment on first use."""
+        if self.python:
+            return self.python
+        variant = self.frameworks[framework].variant(variant_name)
+        venv = self.environment_dir(variant, framework)
+        python = venv / "bin" / "python"
+        if venv in self._failed_environments:
+            raise EnvironmentBuildError(self._failed_environments[venv])
+        if (venv / READY_MARKER).is_file():
+            return str(python)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another run may be building the same environment
+            if not (venv / READY_MARKER).is_file():
+                self._build_environment(venv, variant, framework)
+        return str(python)
+
+    def _build_environment(self, venv: Path, variant: Variant, framework: str) -> None:
+        if venv.exists():
+            shutil.rmtree(venv)  # a half-built environment from an interrupted run
+        log_path = venv.parent / f"{venv.name}.log"
+        self.log(f"building the {framework}/{variant.name} environment from {variant.requirements.name} "
+                 f"(first use only; log: {log_path})")
+        environment = dict(os.environ)
+        if variant.device == "cuda":
+            environment.pop("PIP_FIND_LINKS", None)  # a local CPU wheel must not stand in for a CUDA build
+        steps = [[sys.executable, "-m", "venv", str(venv)],
+                 [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(variant.requirements)]]
+        with open(log_path, "w") as log:
+            for step in steps:
+                log.write(f"$ {' '.join(step)}\n")
+                log.flush()
+                completed = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, env=environment, check=False)
+                if completed.returncode != 0:
+                    reason = f"building the {framework}/{variant.name} environment failed; see {log_path}"
+                    self._failed_environments[venv] = reason
+                    raise EnvironmentBuildError(reason)
+        (venv / READY_MARKER).write_text(variant.requirements.read_text())
+
+    # --- cells ----------------------------------------------------------------------------------
+
+    def run_cell(self, job: CellJob) -> Result:
+        cell = job.cell
+        try:
+            python = self.interpreter(cell.framework, cell.variant)
+        except EnvironmentBuildError as error:
+            return Result(cell=cell, status="failed", reason=str(error))
+        work = job.work_dir
+        if work.exists():
+            shutil.rmtree(work)
+        (work / "home").mkdir(parents=True)
+        (work / "tmp").mkdir()
+        source = work / "source"
+        source.mkdir()
+        (source / "workloads").symlink_to(WORKLOADS_DIR)  # only the workloads package is importable
+        out = work / "result.json"
+        command = [python, "-m", "workloads",
+                   *workload_arguments(cell, device=job.device, data_dir=str(job.data_dir), out=str(out))]
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        timed_out_after = None
+        with open(job.log_path, "wb") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=work, env=self._cell_environment(work, source, job),
+                                       start_new_session=True)  # its own process group, killed as one
+            try:
+                exit_code = process.wait(timeout=job.timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                exit_code, timed_out_after = None, job.timeout
+            except BaseException:  # Ctrl-C: stop the cell, then let the runner keep what finished
+                _kill_group(process)
+                raise
+        result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
+                         timed_out_after=timed_out_after)
+        result.provenance.interpreter = result.provenance.interpreter or python
+        shutil.rmtree(work, ignore_errors=True)
+        return result
+
+    def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:
+        environment = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+        home, temporary = work / "home", work / "tmp"
+        environment.update(
+            HOME=str(home), TMPDIR=str(temporary), XDG_CACHE_HOME=str(home / ".cache"),
+            MPLCONFIGDIR=str(home / ".config" / "matplotlib"), PYTHONPATH=str(source),
+            PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+            ROSETTA_DATA_DIR=str(job.data_dir))
+        if job.git_revision:
+            environment["ROSETTA_GIT_REVISION"] = job.git_revision
+        if self.gpus is not None:
+            environment["CUDA_VISIBLE_DEVICES"] = self.gpus
+        return environment
+
+
+class EnvironmentBuildError(Exception):
+    pass
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,83 @@
+"""Framework discovery: a folder is the registration.
+
+A framework is `images/<name>/metadata.toml` (its variants and their pinned requirements) plus
+`workloads/<workload>/<name>.py` for each workload it implements. Nothing else lists them.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from workloads.common.hyperparams import WORKLOADS
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+IMAGES_DIR = PROJECT_ROOT / "images"
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    device: str  # cpu or cuda
+    requirements: Path
+    cuda: str | None = None
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    display_name: str
+    folder: Path
+    variants: dict[str, Variant]
+    default_variant: str
+    workloads: tuple[str, ...]
+    python: str | None = None
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise UserError(f"framework {self.name!r} has no variant {name!r}; "
+                            f"choose from {', '.join(self.variants)}")
+        return self.variants[name]
+
+
+def _module_name(framework: str) -> str:
+    return framework.replace("-", "_")
+
+
+def implemented_workloads(framework: str, workloads_dir: Path = WORKLOADS_DIR) -> tuple[str, ...]:
+    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{_module_name(framework)}.py").is_file())
+
+
+def load_framework(folder: Path) -> Framework:
+    metadata_file = folder / "metadata.toml"
+    try:
+        metadata = tomllib.loads(metadata_file.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{metadata_file}: not valid TOML ({error})") from error
+    variants = {}
+    for name, spec in metadata.get("variants", {}).items():
+        if spec.get("device") not in DEVICES:
+            raise UserError(f"{metadata_file}: variant {name!r} needs device = one of {', '.join(DEVICES)}")
+        requirements = folder / spec.get("requirements", f"requirements-{name}.txt")
+        variants[name] = Variant(name=name, device=spec["device"], requirements=requirements,
+                                 cuda=spec.get("cuda"))
+    if not variants:
+        raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
+    default_variant = metadata.get("default_variant", next(iter(variants)))
+    known = {"display_name", "python", "default_variant", "notes", "variants"}
+    return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
+                     variants=variants, default_variant=default_variant,
+                     workloads=implemented_workloads(folder.name), python=metadata.get("python"),
+                     notes=metadata.get("notes", ""),
+                     extra={k: v for k, v in metadata.items() if k not in known})
+
+
+def discover(images_dir: Path = IMAGES_DIR) -> dict[str, Framework]:
+    """Every framework registered under images/, by name."""
+    return {folder.name: load_framework(folder)
+            for folder in sorted(images_dir.iterdir()) if (folder / "metadata.toml").is_file()}

@@ -1,0 +1,159 @@
+"""The benchmark matrix: load and validate `matrix.toml`, apply command-line narrowing, expand cells.
+
+Every unknown key or name is refused with one line that lists the valid choices.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from orchestrator.frameworks import PROJECT_ROOT, Framework
+from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES, WORKLOADS
+from workloads.common.result import Cell
+
+DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
+
+_TOP_KEYS = ("defaults", "frameworks")
+_DEFAULT_KEYS = ("profile", "data", "repeat", "workloads", "precisions")
+_FRAMEWORK_KEYS = ("variants", "workloads", "precisions")
+
+
+@dataclass
+class FrameworkEntry:
+    name: str
+    variants: list[str]
+    workloads: list[str] | None = None  # None: the matrix defaults
+    precisions: list[str] | None = None
+
+
+@dataclass
+class Matrix:
+    profile: str = "full"
+    data: str = "real"
+    repeat: int = 1
+    workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    frameworks: list[FrameworkEntry] = field(default_factory=list)
+    source: str = "matrix.toml"
+
+    def cells(self, frameworks: dict[str, Framework]) -> list[Cell]:
+        """Repeat-major, then workload, then framework: repeats are interleaved across frameworks
+        so that slow drift of the machine (heat, neighbours) hits every framework alike."""
+        cells = []
+        for repeat in range(self.repeat):
+            for workload in self.workloads:
+                for precision in self.precisions:
+                    for entry in self.frameworks:
+                        if workload not in frameworks[entry.name].workloads:
+                            continue  # shown as n/a in the report, never run
+                        if entry.workloads is not None and workload not in entry.workloads:
+                            continue
+                        if entry.precisions is not None and precision not in entry.precisions:
+                            continue
+                        for variant in entry.variants:
+                            cells.append(Cell(framework=entry.name, workload=workload, variant=variant,
+                                              precision=precision, profile=self.profile, data=self.data,
+                                              repeat=repeat))
+        return cells
+
+
+def _check_keys(table: dict, valid: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in valid:
+            raise UserError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+
+
+def _check_names(names, valid, what: str, where: str) -> list[str]:
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names:
+        raise UserError(f"{where}: {what} must be a non-empty list; choose from {', '.join(valid)}")
+    for name in names:
+        if name not in valid:
+            raise UserError(f"{where}: unknown {what[:-1] if what.endswith('s') else what} {name!r}; "
+                            f"choose from {', '.join(valid)}")
+    return list(names)
+
+
+def _check_choice(value, valid, what: str, where: str) -> str:
+    if value not in valid:
+        raise UserError(f"{where}: unknown {what} {value!r}; choose from {', '.join(valid)}")
+    return value
+
+
+def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.toml") -> Matrix:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{source}: not valid TOML ({error}); fix the file or pass --matrix") from error
+    _check_keys(document, _TOP_KEYS, source)
+    defaults = document.get("defaults", {})
+    _check_keys(defaults, _DEFAULT_KEYS, f"{source} [defaults]")
+    matrix = Matrix(source=source)
+    where = f"{source} [defaults]"
+    matrix.profile = _check_choice(defaults.get("profile", matrix.profile), PROFILES, "profile", where)
+    matrix.data = _check_choice(defaults.get("data", matrix.data), DATA_SOURCES, "data source", where)
+    matrix.repeat = defaults.get("repeat", matrix.repeat)
+    if not isinstance(matrix.repeat, int) or isinstance(matrix.repeat, bool) or matrix.repeat < 1:
+        raise UserError(f"{where}: repeat must be a whole number >= 1, not {matrix.repeat!r}")
+    matrix.workloads = _check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
+    matrix.precisions = _check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
+    tables = document.get("frameworks", {})
+    if not tables:
+        raise UserError(f"{source}: no [frameworks.<name>] table; choose from {', '.join(frameworks)}")
+    for name, table in tables.items():
+        _check_choice(name, frameworks, "framework", f"{source} [frameworks]")
+        where = f"{source} [frameworks.{name}]"
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: must be a table, e.g. variants = [\"cpu\"]")
+        _check_keys(table, _FRAMEWORK_KEYS, where)
+        framework = frameworks[name]
+        entry = FrameworkEntry(name=name, variants=_check_names(
+            table.get("variants", [framework.default_variant]), list(framework.variants), "variants", where))
+        if "workloads" in table:
+            entry.workloads = _check_names(table["workloads"], WORKLOADS, "workloads", where)
+        if "precisions" in table:
+            entry.precisions = _check_names(table["precisions"], PRECISIONS, "precisions", where)
+        matrix.frameworks.append(entry)
+    return matrix
+
+
+def load(path: Path | None, frameworks: dict[str, Framework]) -> Matrix:
+    path = Path(path) if path else DEFAULT_MATRIX
+    if not path.is_file():
+        raise UserError(f"matrix file {path} not found; pass --matrix FILE (the default is {DEFAULT_MATRIX.name})")
+    return parse(path.read_text(), frameworks, source=str(path))
+
+
+def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str] | None = None,
+           variants: list[str] | None = None, workloads: list[str] | None = None,
+           precisions: list[str] | None = None, profile: str | None = None, data: str | None = None,
+           repeat: int | None = None) -> Matrix:
+    """Apply command-line choices. A framework named on the command line but absent from the
+    matrix file runs its default variant."""
+    where = "command line"
+    if names:
+        _check_names(names, list(frameworks), "frameworks", where)
+        by_name = {entry.name: entry for entry in matrix.frameworks}
+        matrix.frameworks = [by_name.get(name) or FrameworkEntry(name, [frameworks[name].default_variant])
+                             for name in names]
+    if variants:
+        valid = sorted({v for entry in matrix.frameworks for v in frameworks[entry.name].variants})
+        _check_names(variants, valid, "variants", where)
+        for entry in matrix.frameworks:
+            entry.variants = [v for v in variants if v in frameworks[entry.name].variants]
+    if workloads:
+        matrix.workloads = _check_names(workloads, WORKLOADS, "workloads", where)
+    if precisions:
+        matrix.precisions = _check_names(precisions, PRECISIONS, "precisions", where)
+    if profile:
+        matrix.profile = _check_choice(profile, PROFILES, "profile", where)
+    if data:
+        matrix.data = _check_choice(data, DATA_SOURCES, "data source", where)
+    if repeat is not None:
+        if repeat < 1:
+            raise UserError(f"--repeat must be >= 1, not {repeat}")
+        matrix.repeat = repeat
+    return matrix

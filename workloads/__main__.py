@@ -1,0 +1,75 @@
+"""Run one cell inside a framework's environment and write exactly one JSON result.
+
+    python -m workloads cnn --framework pytorch --profile smoke --precision fp32 \
+        --device auto --data synthetic --data-dir DIR --out result.json
+
+Exit codes (the contract with the host): 0 = ok, 3 = unsupported here (reason in the result),
+anything else = failed (the result says why when it could still be written).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from workloads.common import hyperparams
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
+
+EXIT_FAILED = 1
+
+
+def available_frameworks(workload: str) -> list[str]:
+    """A file is the registration: workloads/<workload>/<framework>.py."""
+    folder = Path(__file__).parent / workload
+    return sorted(p.stem.replace("_", "-") for p in folder.glob("*.py") if not p.stem.startswith("_"))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__.split("\n")[0])
+    parser.add_argument("workload", choices=hyperparams.WORKLOADS)
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--variant", default="cpu", help="recorded in the result (the image or environment used)")
+    parser.add_argument("--profile", choices=hyperparams.PROFILES, default="full")
+    parser.add_argument("--precision", choices=hyperparams.PRECISIONS, default="fp32")
+    parser.add_argument("--device", choices=hyperparams.DEVICES, default="auto")
+    parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, default="real")
+    parser.add_argument("--data-dir", default=None, help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
+    parser.add_argument("--repeat", type=int, default=0, help="repeat index, recorded in the result")
+    parser.add_argument("--out", required=True, help="where to write the JSON result")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    choices = available_frameworks(args.workload)
+    if args.framework not in choices:
+        print(f"error: no {args.workload} workload for framework {args.framework!r}; "
+              f"choose from {', '.join(choices)}", file=sys.stderr)
+        return 2
+    cell = Cell(framework=args.framework, workload=args.workload, variant=args.variant,
+                precision=args.precision, profile=args.profile, data=args.data, repeat=args.repeat)
+    run = Run(cell, device=args.device, data_dir=args.data_dir)
+    code = EXIT_OK
+    try:
+        start = time.perf_counter()
+        module = importlib.import_module(f"workloads.{args.workload}.{args.framework.replace('-', '_')}")
+        run.result.phases["framework_import"] = time.perf_counter() - start
+        module.run(run)
+    except Unsupported as reason:
+        run.result.status, run.result.reason, code = "unsupported", str(reason), EXIT_UNSUPPORTED
+    except Exception as error:  # noqa: BLE001 - recorded in the result, and the traceback kept on stderr
+        traceback.print_exc()
+        run.result.status, code = "failed", EXIT_FAILED
+        run.result.reason = f"{type(error).__name__}: {error}".strip()
+    run.finish().write(args.out)
+    print(f"{cell.key}: {run.result.status}" + (f" ({run.result.reason})" if run.result.reason else ""),
+          file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

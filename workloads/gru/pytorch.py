@@ -1,0 +1,74 @@
+"""GRU sentiment classifier trained on IMDB, in PyTorch.
+
+embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
+workloads/common/hyperparams.py. nn.GRU takes cuDNN's fused kernel on a GPU (lesson 2).
+"""
+import torch
+from torch import nn
+
+from workloads.common.harness import Run
+from workloads.runtime import pytorch as env
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class GRUClassifier(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
+        # Time-major (TNC) is cuDNN's native RNN layout (lesson 3). PyTorch's GRU is the
+        # cuDNN form: reset gate applied after the recurrent matmul, two bias vectors per gate.
+        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)
+        self.dense = nn.Linear(s.hidden_size, s.classes)
+
+    def forward(self, tokens):  # tokens: (batch, time)
+        outputs, _ = self.gru(self.embedding(tokens.t()))
+        return self.dense(outputs[-1])  # the last time step's output
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device = env.select_device(run)
+    precision = run.precision
+
+    with run.phase("data_load"):
+        data = run.load_imdb()
+
+    with run.phase("model_build"):
+        model = GRUClassifier(s).to(device)
+        # PyTorch adds epsilon after the square root of v-hat, as the Adam paper and Keras do.
+        optimizer = torch.optim.Adam(model.parameters(), lr=s.learning_rate, betas=(s.beta1, s.beta2),
+                                     eps=s.epsilon, fused=env.fused_optimizer(device))
+        loss_function = nn.CrossEntropyLoss()
+        scaler = env.grad_scaler(device, precision)
+    run.set_parameter_count(env.parameter_count(model))
+
+    def train_step(tokens, labels):
+        optimizer.zero_grad(set_to_none=True)
+        with env.autocast(device, precision):
+            loss = loss_function(model(tokens), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()  # stays on the device: no host sync per step
+
+    # --- train
+    model.train()
+    for _ in range(s.epochs):
+        for tokens, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(env.to_device(tokens, device).long(), env.to_device(labels, device))
+        run.end_epoch(loss.item())
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        model.eval()
+        correct, total = torch.zeros((), dtype=torch.int64, device=device), 0
+        with torch.inference_mode(), env.autocast(device, precision):
+            for tokens, labels in run.eval_batches(data.x_test, data.y_test):
+                predictions = model(env.to_device(tokens, device).long()).argmax(dim=1)
+                correct += (predictions == env.to_device(labels, device)).sum()
+                total += len(labels)
+    run.record_accuracy(correct.item(), total)
+    env.record_peak_memory(run, device)

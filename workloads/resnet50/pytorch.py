@@ -1,0 +1,82 @@
+"""ResNet-50 v1.5 feature extraction (inference), in plain PyTorch (no torchvision needed).
+
+The network is cut after the global average pool: one 2048-D feature per 224x224 image.
+v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
+Random weights and random inputs (seed 0): weights do not change the timing.
+"""
+import torch
+from torch import nn
+
+from workloads.common.harness import Run
+from workloads.runtime import pytorch as env
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, in_channels, width, stride):
+        super().__init__()
+        out_channels = width * self.expansion
+        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)  # eps 1e-5, PyTorch's default
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)  # v1.5 stride
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out_channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(out_channels))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + self.shortcut(x))
+
+
+class ResNet50Features(nn.Module):
+    stages = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, first stride)
+
+    def __init__(self):
+        super().__init__()
+        layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64),
+                  nn.ReLU(inplace=True), nn.MaxPool2d(3, stride=2, padding=1)]
+        in_channels = 64
+        for width, blocks, stride in self.stages:
+            for block in range(blocks):
+                layers.append(Bottleneck(in_channels, width, stride if block == 0 else 1))
+                in_channels = width * Bottleneck.expansion
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]  # global average pool -> (N, 2048)
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device = env.select_device(run)
+    precision = run.precision
+
+    with run.phase("data_load"):
+        images = run.random_images()
+
+    with run.phase("model_build"):
+        model = ResNet50Features().to(device).eval()  # eval: batch-norm uses running statistics
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- infer
+    with torch.inference_mode(), env.autocast(device, precision):  # no gradients (lesson 5)
+        with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
+            for batch in run.warmup_batches(images):
+                features = model(env.to_device(batch, device))
+        assert features.shape == (s.batch_size, s.feature_size), features.shape
+        for batch in run.timed_batches(images):
+            features = model(env.to_device(batch, device))
+    env.record_peak_memory(run, device)
