@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import __version__, frameworks as framework_registry, host
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.verbose:
             traceback.print_exc()
-        console.print(f"[red]error:[/red] {error}")
+        console.print(f"[red]error:[/red] {escape(str(error))}")
         return EXIT_INTERRUPTED if isinstance(error, Interrupted) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         console.print("interrupted")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator import host
@@ -90,8 +91,11 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                 elif variant.device == "cuda" and not gpus:
                     result = unsupported(cell, "no GPU runtime on this host (nvidia-smi lists no GPU)")
                 else:
-                    job = CellJob(cell=cell, device=variant.device, work_dir=results_dir / ".work" / cell.key,
-                                  log_path=results_dir / "logs" / f"{cell.key}.log", data_dir=data_dir,
+                    # absolute paths: the cell runs in its own working directory
+                    job = CellJob(cell=cell, device=variant.device,
+                                  work_dir=(results_dir / ".work" / cell.key).resolve(),
+                                  log_path=(results_dir / "logs" / f"{cell.key}.log").resolve(),
+                                  data_dir=Path(data_dir).resolve(),
                                   timeout=timeout, git_revision=revision)
                     result = backend.run_cell(job)
                 result.wall_time_s = time.perf_counter() - start
@@ -132,7 +136,7 @@ def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, 
                 data.prepare(_DATASETS[workload], data_dir, settings=settings, progress=report)
             except data.DataError as error:
                 errors[workload] = str(error)
-                console.print(f"[red]error:[/red] {error}", highlight=False)
+                console.print(f"[red]error:[/red] {escape(str(error))}")
     return errors
 
 
@@ -141,12 +145,13 @@ def _describe(result: Result) -> str:
     name = f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision} r{cell.repeat}"
     if result.status != "ok":
         colour = "yellow" if result.status == "unsupported" else "red"
-        return f"[{colour}]{result.status:>11}[/{colour}]  {name}: {result.reason}"
+        return f"[{colour}]{result.status:>11}[/{colour}]  {escape(name)}: {escape(str(result.reason))}"
     metric, unit = _HEADLINE[cell.workload]
-    value = getattr(result.metrics, metric)
-    accuracy = result.metrics.test_accuracy
-    text = f"[green]{'ok':>11}[/green]  {name}: {value:.3f} {unit}"
-    return text + (f", accuracy {accuracy:.3f}" if accuracy is not None else "")
+    value, accuracy = getattr(result.metrics, metric), result.metrics.test_accuracy
+    figures = [f"{value:.3f} {unit}" if value is not None else f"no {metric}"]
+    if accuracy is not None:
+        figures.append(f"accuracy {accuracy:.3f}")
+    return f"[green]{'ok':>11}[/green]  {escape(name)}: {', '.join(figures)}"
 
 
 def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], revision: str | None,

@@ -1,0 +1,103 @@
+"""Every command-line error path: one clear line naming the fix, a non-zero exit, no traceback."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.__main__ import main
+from workloads.common.result import Cell, Result
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def error_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run-matrix", "--matrix", "missing.toml"], "matrix file missing.toml not found; pass --matrix FILE"),
+    (["run-matrix", "--frameworks", "tensorflow"], "unknown framework 'tensorflow'; choose from pytorch"),
+    (["run-matrix", "--variants", "rocm"], "unknown variant 'rocm'; choose from cpu, cuda"),
+    (["run-matrix", "--workloads", "bert"], "unknown workload 'bert'; choose from cnn, resnet50, gru"),
+    (["run-matrix", "--precisions", "fp8"], "unknown precision 'fp8'"),
+    (["run-matrix", "--backend", "docker"], "the Docker backend is not available in this release yet; use --backend local"),
+    (["run-matrix", "--backend", "local", "--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["run-matrix", "--backend", "local", "--python", "/no/such/python"], "no such interpreter"),
+    (["run-matrix", "--backend", "local", "--resume"], "--resume: no earlier run under results/"),
+    (["run-matrix", "--repeat", "0"], "--repeat must be >= 1"),
+    (["report", "no-such-run"], "no-such-run is not a results directory"),
+])
+def test_error_paths(in_tmp, capsys, argv, expected):
+    assert main(argv) == 2
+    assert expected in error_line(capsys)
+
+
+def test_bad_matrix_file(in_tmp, capsys):
+    (in_tmp / "m.toml").write_text("[frameworks.pytorch]\nvariants = ['cpu']\nrepeats = 3\n")
+    assert main(["run-matrix", "--matrix", "m.toml"]) == 2
+    assert "m.toml [frameworks.pytorch]: unknown key 'repeats'; valid keys: variants, workloads, precisions" in error_line(capsys)
+
+
+def test_report_refuses_unknown_schema_version(in_tmp, capsys):
+    record = Result(Cell("pytorch", "cnn")).to_dict()
+    record["schema_version"] = 99
+    (in_tmp / "run" / "cells").mkdir(parents=True)
+    (in_tmp / "run" / "cells" / "x.json").write_text(json.dumps(record))
+    assert main(["report", "run"]) == 2
+    line = error_line(capsys)
+    assert "x.json" in line and "schema_version 99 is not supported" in line
+
+
+def test_report_of_an_empty_run(in_tmp, capsys):
+    (in_tmp / "run").mkdir()
+    assert main(["report", "run"]) == 2
+    assert "no results in" in error_line(capsys)
+
+
+def test_missing_dataset_fails_its_cells_with_the_fix_and_the_rest_run(in_tmp, capsys, monkeypatch):
+    """Offline without the file: one line names the file, the folder and --data synthetic."""
+    monkeypatch.setenv("ROSETTA_OFFLINE", "1")
+    fake = in_tmp / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.result import Cell, Result\n"
+                    "Result(Cell('pytorch', sys.argv[3])).write(sys.argv[-1])\n")
+    fake.chmod(0o755)
+    code = main(["run-matrix", "--backend", "local", "--variants", "cpu", "--workloads", "cnn,resnet50",
+                 "--python", str(fake), "--data", "real", "--data-dir", str(in_tmp / "data"),
+                 "--results-dir", "run", "--no-report"])
+    assert code == 1  # a failed cell
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "cifar-10-python.tar.gz" in line and str(in_tmp / "data") in line and "--data synthetic" in line
+    statuses = {p.name.split("__")[2]: json.loads(p.read_text())["status"] for p in (in_tmp / "run" / "cells").glob("*.json")}
+    assert statuses == {"cnn": "failed", "resnet50": "ok"}
+    assert not list((in_tmp / "data").glob("*.part*"))
+
+
+def test_list_and_doctor(in_tmp, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["list"]) == 0
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "pytorch" in out and "cnn, resnet50, gru" in out
+    assert "Python" in out and "Docker engine" in out and "GPUs" in out
+
+
+def test_verbose_shows_the_traceback_and_the_module_entry_point_works(tmp_path):
+    completed = subprocess.run([sys.executable, "-m", "orchestrator", "--verbose", "run-matrix", "--frameworks", "nope"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert "Traceback" in completed.stderr and "unknown framework 'nope'" in completed.stderr
+    completed = subprocess.run([sys.executable, "-m", "orchestrator", "run-matrix", "--frameworks", "nope"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in completed.stderr and completed.stderr.strip().startswith("error:")

@@ -1,0 +1,103 @@
+"""The shared timing harness and the workload side of the host/image contract."""
+import types
+
+import numpy as np
+import pytest
+
+import workloads.__main__ as workload_main
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import EXIT_UNSUPPORTED, Cell, Result
+
+
+class CountingSync:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+
+
+def smoke_run(workload="cnn", **cell):
+    return Run(Cell("pytorch", workload, profile="smoke", data="synthetic", **cell), data_dir="/nonexistent")
+
+
+def test_training_epochs_keep_raw_samples_and_sync_only_at_boundaries():
+    run = smoke_run()
+    run.sync = sync = CountingSync()
+    x, y = np.zeros((1000, 3, 32, 32), np.float32), np.arange(1000) % 10
+    seen = []
+    for _ in range(2):
+        for images, labels in run.train_batches(x, y):
+            seen.append(images.shape)
+        run.end_epoch(0.5)
+    assert seen == [(64, 3, 32, 32)] * 16  # smoke: 8 complete batches per epoch
+    # start + end of each epoch, and once after the very first step: never inside an epoch
+    assert sync.calls == 2 * 2 + 1
+    result = run.finish()
+    samples, metrics = result.samples, result.metrics
+    assert samples.epoch_steps == [8, 8] and len(samples.epoch_times_s) == 2 and samples.epoch_losses == [0.5, 0.5]
+    assert 0 < samples.first_step_s <= samples.epoch_times_s[0]
+    assert metrics.train_time_s == pytest.approx(sum(samples.epoch_times_s))
+    assert metrics.steady_state_time_s == pytest.approx(metrics.train_time_s - samples.first_step_s)
+    assert metrics.samples_per_s == pytest.approx(16 * 64 / metrics.train_time_s)
+    assert metrics.peak_host_memory_mb > 0
+
+
+def test_only_complete_shuffled_batches():
+    run = smoke_run()
+    x = np.arange(200)[:, None].astype(np.float32)
+    batches = [b for b, _ in run.train_batches(x, np.arange(200))]
+    assert len(batches) == 3  # 200 // 64; the partial batch is dropped
+    taken = np.concatenate(batches).ravel()
+    assert len(set(taken)) == len(taken) and not np.array_equal(taken, np.arange(192))
+
+
+def test_evaluation_keeps_the_partial_batch_but_respects_the_profile():
+    run = smoke_run()
+    sizes = [len(y) for _, y in run.eval_batches(np.zeros((100, 1)), np.zeros(100))]
+    assert sizes == [64, 36]
+    sizes = [len(y) for _, y in run.eval_batches(np.zeros((10_000, 1)), np.zeros(10_000))]
+    assert sizes == [64] * 8
+
+
+def test_inference_times_each_batch_synchronised():
+    run = smoke_run("resnet50")
+    run.sync = sync = CountingSync()
+    images = np.zeros((64, 1), np.float32)
+    assert [len(b) for b in run.warmup_batches(images)] == [32]
+    assert [len(b) for b in run.timed_batches(images)] == [32, 32]
+    assert sync.calls == 4  # before and after each timed batch
+    metrics = run.finish().metrics
+    assert metrics.seconds_per_1000_images == pytest.approx(sum(run.result.samples.batch_times_s) / 64 * 1000)
+    assert metrics.images_per_s == pytest.approx(1000 / metrics.seconds_per_1000_images)
+
+
+def test_synthetic_data_is_only_as_large_as_the_profile_needs():
+    data = smoke_run().load_cifar10()
+    assert data.x_train.shape == (512, 3, 32, 32) and data.x_train.dtype == np.float32
+    assert data.source == "synthetic"
+
+
+def _fake_framework(monkeypatch, body):
+    module = types.SimpleNamespace(run=body)
+    monkeypatch.setattr(workload_main.importlib, "import_module", lambda name: module)
+
+
+@pytest.mark.parametrize("body, code, status, reason", [
+    (lambda run: None, 0, "ok", None),
+    (lambda run: (_ for _ in ()).throw(Unsupported("fp16 needs a CUDA GPU")), EXIT_UNSUPPORTED, "unsupported",
+     "fp16 needs a CUDA GPU"),
+    (lambda run: 1 / 0, 1, "failed", "ZeroDivisionError: division by zero"),
+])
+def test_exit_codes_and_result_file(monkeypatch, tmp_path, body, code, status, reason):
+    _fake_framework(monkeypatch, body)
+    out = tmp_path / "result.json"
+    exit_code = workload_main.main(["cnn", "--framework", "pytorch", "--profile", "smoke", "--out", str(out)])
+    result = Result.read(out)
+    assert (exit_code, result.status, result.reason) == (code, status, reason)
+    assert result.started_at and result.provenance.python_version and "framework_import" in result.phases
+
+
+def test_unknown_framework_is_refused(tmp_path, capsys):
+    assert workload_main.main(["cnn", "--framework", "caffe3", "--out", str(tmp_path / "r.json")]) == 2
+    assert "choose from pytorch" in capsys.readouterr().err

@@ -1,0 +1,106 @@
+"""The local backend's side of the contract, with real subprocesses standing in for a framework."""
+import os
+import stat
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import frameworks
+from orchestrator.backends import CellJob
+from orchestrator.backends.local import LocalBackend
+from orchestrator.runner import run_cells
+from workloads.common.result import Cell, Result
+
+REGISTRY = frameworks.discover()
+
+
+def fake_interpreter(tmp_path: Path, body: str) -> str:
+    """An executable that takes `python -m workloads ...` arguments and does `body`."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
+        import os, sys, time
+        args = sys.argv[sys.argv.index("--out") + 1:]
+        out = args[0]
+        open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
+    """) + textwrap.dedent(body))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def job(tmp_path, timeout=None):
+    cell = Cell("pytorch", "cnn", profile="smoke", data="synthetic")
+    return CellJob(cell=cell, device="cpu", work_dir=tmp_path / "work" / cell.key, log_path=tmp_path / "cell.log",
+                   data_dir=tmp_path / "data", timeout=timeout)
+
+
+def test_a_hanging_cell_is_killed_and_recorded(tmp_path):
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "time.sleep(60)"))
+    start = time.monotonic()
+    result = backend.run_cell(job(tmp_path, timeout=1.5))
+    assert time.monotonic() - start < 30
+    assert result.status == "timeout" and "timed out after 1.5 s" in result.reason
+    pid = int((tmp_path / "work" / "pid").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_a_crash_keeps_the_stderr_tail(tmp_path):
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "print('boom: out of memory', file=sys.stderr); sys.exit(7)"))
+    result = backend.run_cell(job(tmp_path))
+    assert result.status == "failed" and result.reason == "exit code 7; no result written"
+    assert "boom: out of memory" in result.stderr_tail
+    assert not (tmp_path / "work" / "pytorch__cpu__cnn__fp32__smoke__synthetic__r0").exists()
+
+
+def test_unsupported_exit_code_and_isolated_home(tmp_path):
+    body = """
+        from workloads.common.result import Cell, Result
+        assert os.environ["HOME"].endswith("/home") and "PYTHONPATH" in os.environ
+        Result(Cell("pytorch", "cnn"), status="unsupported", reason="fp16 needs a CUDA GPU").write(out)
+        sys.exit(3)
+    """
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    result = backend.run_cell(job(tmp_path))
+    assert (result.status, result.reason) == ("unsupported", "fp16 needs a CUDA GPU")
+
+
+def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_path):
+    body = """
+        from workloads.common.result import Cell, Result
+        workload = sys.argv[3]
+        if workload == "gru":
+            sys.exit("gru exploded")
+        Result(Cell("pytorch", workload, profile="smoke", data="synthetic")).write(out)
+    """
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    cells = [Cell("pytorch", w, profile="smoke", data="synthetic") for w in ("cnn", "gru", "resnet50")]
+    summary = run_cells(cells, backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+    assert [r.status for r in summary.results] == ["ok", "failed", "ok"]
+    assert "gru exploded" in summary.results[1].stderr_tail
+    assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 3
+    again = run_cells(cells, backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data", resume=True)
+    assert again.skipped == 2 and [r.cell.workload for r in again.results] == ["gru"]
+
+
+def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr("orchestrator.host.gpus", lambda: [])
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
+    cell = Cell("pytorch", "cnn", variant="cuda", profile="smoke", data="synthetic")
+    summary = run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+    result = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json")
+    assert result.status == "unsupported" and "no GPU runtime on this host" in result.reason
+
+
+def test_environment_build_failure_is_one_failed_cell(tmp_path, monkeypatch):
+    requirements = tmp_path / "requirements-cpu.txt"
+    requirements.write_text("this-package-does-not-exist-rosetta==0.0.1\n")
+    variant = frameworks.Variant("cpu", "cpu", requirements)
+    registry = {"pytorch": frameworks.Framework("pytorch", "PyTorch", tmp_path, {"cpu": variant}, "cpu", ("cnn",))}
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # fail fast, offline
+    backend = LocalBackend(registry, cache_dir=tmp_path / "cache", log=lambda line: None)
+    result = backend.run_cell(job(tmp_path))
+    assert result.status == "failed" and "environment failed; see" in result.reason
+    assert not (Path(result.reason.split("see ")[1]).parent / ".rosetta-ready").exists()

@@ -1,0 +1,166 @@
+"""The comparison report: summary statistics, Markdown tables, a safe self-contained HTML page."""
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from orchestrator.report import REFERENCE_LABEL, render, summarise
+from orchestrator.results import cell_path, to_frame
+from workloads.common.result import Cell, Metrics, Provenance, Result
+
+SCRIPT_REASON = "<script>alert(1)</script> | exploded"
+
+
+def cell_result(framework, workload, *, precision="fp32", repeat=0, status="ok", reason=None,
+                seconds=None, accuracy=None, variant="cuda12") -> Result:
+    metrics = Metrics()
+    if status == "ok" and workload == "resnet50":
+        metrics = Metrics(seconds_per_1000_images=seconds, images_per_s=1000 / seconds,
+                          parameter_count=23_508_032)
+    elif status == "ok":
+        metrics = Metrics(train_time_s=seconds, samples_per_s=49_984 / seconds,
+                          steady_samples_per_s=49_920 / (seconds - 0.5), test_accuracy=accuracy,
+                          parameter_count=3_441_592)
+    return Result(
+        cell=Cell(framework=framework, workload=workload, variant=variant, precision=precision,
+                  profile="full", data="real", repeat=repeat),
+        status=status, reason=reason, started_at=f"2026-12-02T10:0{repeat}:00+00:00", metrics=metrics,
+        provenance=Provenance(framework_version="1.0", device="cuda", gpu_name="NVIDIA H200",
+                              gpu_driver="570.1", hostname="gpu-host-1", cpu_model="Xeon",
+                              backend="docker", git_revision="abc1234", data_source="real"),
+    )
+
+
+@pytest.fixture
+def results():
+    made = []
+    # cnn: pytorch 10/12/14 s (median 12), tensorflow 22/24/26 s (median 24 = 2.00x), fp16 unsupported,
+    # jax failed with a reason that tries to inject a script.
+    for repeat, seconds in enumerate([14.0, 10.0, 12.0]):
+        made.append(cell_result("pytorch", "cnn", repeat=repeat, seconds=seconds, accuracy=0.77))
+    for repeat, seconds in enumerate([22.0, 26.0, 24.0]):
+        made.append(cell_result("tensorflow", "cnn", repeat=repeat, seconds=seconds, accuracy=0.768))
+    made.append(cell_result("pytorch", "cnn", precision="fp16", variant="cpu", status="unsupported",
+                            reason="fp16 needs a CUDA GPU"))
+    made.append(cell_result("jax", "cnn", status="failed", reason=SCRIPT_REASON))
+    # resnet50: a single repeat each, so no spread
+    made.append(cell_result("pytorch", "resnet50", seconds=1.6))
+    made.append(cell_result("tensorflow", "resnet50", seconds=2.4))
+    # gru: nothing succeeded
+    made.append(cell_result("pytorch", "gru", status="timeout", reason="ran past 3600 s"))
+    return made
+
+
+@pytest.fixture
+def results_dir(tmp_path, results):
+    for result in results:
+        result.write(cell_path(tmp_path, result.cell))
+    return tmp_path
+
+
+def row(summary, framework, precision="fp32"):
+    rows = summary[(summary["framework"] == framework) & (summary["precision"] == precision)]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_summary_medians_spread_and_relative_to_fastest(results):
+    summaries = summarise(to_frame(results))
+    assert list(summaries) == ["cnn", "resnet50", "gru"]
+    cnn = summaries["cnn"]
+    pytorch, tensorflow = row(cnn, "pytorch"), row(cnn, "tensorflow")
+    assert pytorch["median_s"] == 12.0 and pytorch["min_s"] == 10.0 and pytorch["max_s"] == 14.0
+    assert pytorch["ok_repeats"] == 3
+    assert pytorch["relative_spread"] == pytest.approx(4 / 12)
+    assert pytorch["relative_to_fastest"] == pytest.approx(1.0)
+    assert tensorflow["median_s"] == 24.0
+    assert tensorflow["relative_to_fastest"] == pytest.approx(2.0)
+    assert pytorch["test_accuracy"] == pytest.approx(0.77)
+    assert pytorch["throughput"] == pytest.approx(49_984 / 12)
+    assert pytorch["parameter_count"] == 3_441_592
+    assert pytorch["gpu_name"] == "NVIDIA H200"
+    # fastest first, then the cells without numbers
+    assert cnn["framework"].tolist()[:2] == ["pytorch", "tensorflow"]
+    assert set(cnn["status"].tolist()[2:]) == {"unsupported", "failed"}
+
+
+def test_cells_without_an_ok_repeat_keep_their_reason_and_no_numbers(results):
+    cnn = summarise(to_frame(results))["cnn"]
+    unsupported = row(cnn, "pytorch", "fp16")
+    assert unsupported["status"] == "unsupported"
+    assert unsupported["note"] == "unsupported: fp16 needs a CUDA GPU"
+    assert unsupported["ok_repeats"] == 0
+    assert math.isnan(unsupported["median_s"]) and math.isnan(unsupported["relative_to_fastest"])
+
+
+def test_single_repeat_has_no_spread_and_partly_failed_cells_say_so(results):
+    results.append(cell_result("tensorflow", "resnet50", repeat=1, status="failed", reason="CUDA OOM"))
+    summaries = summarise(to_frame(results))
+    resnet = summaries["resnet50"]
+    assert math.isnan(row(resnet, "pytorch")["relative_spread"])
+    tensorflow = row(resnet, "tensorflow")
+    assert tensorflow["status"] == "ok" and tensorflow["ok_repeats"] == 1 and tensorflow["runs"] == 2
+    assert "1 of 2 repeats not ok" in tensorflow["note"] and "CUDA OOM" in tensorflow["note"]
+    assert tensorflow["relative_to_fastest"] == pytest.approx(1.5)
+    assert math.isnan(tensorflow["test_accuracy"])  # inference has no accuracy
+    assert summaries["gru"]["status"].tolist() == ["timeout"]
+
+
+def test_markdown_has_a_table_per_workload_and_the_labelled_reference(results_dir):
+    markdown_path, _ = render(results_dir)
+    assert markdown_path == results_dir / "report.md"
+    markdown = markdown_path.read_text()
+    for title in ("## CNN", "## ResNet-50", "## GRU"):
+        assert title in markdown
+    assert markdown.count(REFERENCE_LABEL) == 3
+    cnn_section = markdown.split("## CNN")[1].split("## ResNet-50")[0]
+    table = [line for line in cnn_section.split(REFERENCE_LABEL)[0].splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 4  # header, separator, four configurations
+    assert table[2].startswith("| pytorch | cuda12 | fp32 | 3 | 12.0 | 10.0–14.0 | 33% | 1.00x |")
+    assert table[3].startswith("| tensorflow | cuda12 | fp32 | 3 | 24.0 | 22.0–26.0 | 17% | 2.00x |")
+    unsupported = next(line for line in table[4:] if line.startswith("| pytorch | cpu | fp16 |"))
+    assert unsupported.endswith("| unsupported: fp16 needs a CUDA GPU |")
+    assert "| 0/1 | - | - | - | - |" in unsupported
+    failed = next(line for line in table[4:] if line.startswith("| jax |"))
+    # a pipe inside a reason is escaped, so the row keeps its column count
+    assert "\\| exploded" in failed
+    assert len(re.findall(r"(?<!\\)\|", failed)) == len(re.findall(r"(?<!\\)\|", table[0]))
+    # the published numbers appear in their own table
+    assert "| pytorch | 169 | 51 |" in cnn_section
+    resnet_section = markdown.split("## ResNet-50")[1].split("## GRU")[0]
+    pytorch_row = next(line for line in resnet_section.splitlines() if line.startswith("| pytorch | cuda12"))
+    assert "| 1 | 1.60 | - | - | 1.00x |" in pytorch_row  # single repeat: no spread
+    assert "- **Git revision:** abc1234" in markdown
+    assert "NVIDIA H200 (driver 570.1)" in markdown
+
+
+def test_html_is_self_contained_escaped_and_has_charts(results_dir, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("report")
+    markdown_path, html_path = render(results_dir, out_dir=out_dir)
+    assert (markdown_path, html_path) == (out_dir / "report.md", out_dir / "report.html")
+    html = html_path.read_text()
+    assert html.count("<svg") == 2  # cnn and resnet50; gru has no ok cell to chart
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<?xml" not in html and "<!DOCTYPE svg" not in html
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert not re.search(r"<link|<img|@import|src=", html)
+    assert REFERENCE_LABEL in html
+    assert "tensorflow" in html and "2.00x" in html
+
+
+def test_report_survives_missing_workloads_and_missing_metrics(tmp_path):
+    # Only a resnet50 result that is ok but carries no metrics at all, and a failed one.
+    Result(cell=Cell(framework="mxnet", workload="resnet50")).write(
+        cell_path(tmp_path, Cell(framework="mxnet", workload="resnet50")))
+    failed = Result(cell=Cell(framework="chainer", workload="resnet50"), status="failed", reason=None)
+    failed.write(cell_path(tmp_path, failed.cell))
+    markdown_path, html_path = render(tmp_path)
+    markdown = markdown_path.read_text()
+    assert "**No results for:** cnn, gru" in markdown
+    assert "| mxnet | cpu | fp32 | 1 | - | - | - | - | - |" in markdown
+    assert "| chainer | cpu | fp32 | 0/1 |" in markdown and "| failed |" in markdown
+    assert "<svg" not in html_path.read_text()

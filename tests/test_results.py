@@ -1,0 +1,125 @@
+"""Result storage on the host: paths, loading (and refusing) JSON files, flattening to pandas."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from orchestrator.errors import UserError
+from orchestrator.results import (PRIMARY_METRIC, cell_path, load_reference, load_results,
+                                  to_frame)
+from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
+
+
+def make_result(framework="pytorch", workload="cnn", *, precision="fp32", repeat=0,
+                status="ok", reason=None, train_time_s=12.0) -> Result:
+    return Result(
+        cell=Cell(framework=framework, workload=workload, variant="cuda12", precision=precision,
+                  profile="full", data="real", repeat=repeat),
+        status=status,
+        reason=reason,
+        started_at="2026-12-02T10:00:00+00:00",
+        phases={"train": train_time_s} if status == "ok" else {},
+        metrics=Metrics(train_time_s=train_time_s, samples_per_s=50_000 / train_time_s,
+                        test_accuracy=0.771, parameter_count=3_441_592) if status == "ok" else Metrics(),
+        samples=Samples(first_step_s=0.5, epoch_times_s=[train_time_s / 2] * 2, epoch_steps=[781, 781]),
+        settings={"batch_size": 64},
+        provenance=Provenance(framework_version="2.13.0", device="cuda", gpu_name="NVIDIA H200",
+                              cuda_version="12.8", backend="docker", git_revision="abc1234",
+                              image_digest="sha256:0123"),
+        wall_time_s=train_time_s + 5,
+    )
+
+
+def write_all(results_dir, results):
+    for result in results:
+        result.write(cell_path(results_dir, result.cell))
+
+
+def test_cell_path_uses_the_cell_key(tmp_path):
+    cell = Cell(framework="pytorch", workload="gru", repeat=2)
+    assert cell_path(tmp_path, cell) == tmp_path / "cells" / f"{cell.key}.json"
+
+
+def test_round_trip_preserves_every_field(tmp_path):
+    originals = [make_result(repeat=0), make_result("tensorflow", repeat=1, train_time_s=24.0),
+                 make_result(precision="fp16", status="unsupported", reason="fp16 needs a CUDA GPU")]
+    write_all(tmp_path, originals)
+    loaded = load_results(tmp_path)
+    by_key = {result.cell.key: result for result in loaded}
+    assert len(loaded) == len(originals)
+    for original in originals:
+        assert by_key[original.cell.key] == original
+    # sorted by file name, so reports are stable from run to run
+    assert [r.cell.key for r in loaded] == sorted(r.cell.key for r in originals)
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_no_results_names_the_command_to_run(tmp_path, missing):
+    if not missing:
+        (tmp_path / "cells").mkdir()
+    with pytest.raises(UserError, match="run-matrix"):
+        load_results(tmp_path)
+
+
+def test_unknown_schema_version_is_refused_naming_the_file(tmp_path):
+    result = make_result()
+    path = cell_path(tmp_path, result.cell)
+    result.write(path)
+    data = json.loads(path.read_text())
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError) as caught:
+        load_results(tmp_path)
+    message = str(caught.value)
+    assert path.name in message and "99" in message and "re-run" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"schema_version": 1, "cell": {"framework": "x"}}',
+                                     '{"schema_version": 1, "cell": {"framework": "x", "workload": "cnn"}, "metrics": 5}',
+                                     '{"schema_version": 1, "cell": {"framework": "x", "workload": "cnn"}, "status": "great"}',
+                                     '[1, 2]'])
+def test_malformed_file_is_refused_with_a_fix(tmp_path, content):
+    (tmp_path / "cells").mkdir()
+    path = tmp_path / "cells" / "broken.json"
+    path.write_text(content)
+    with pytest.raises(UserError) as caught:
+        load_results(tmp_path)
+    assert "broken.json" in str(caught.value)
+    assert "re-run" in str(caught.value)
+
+
+def test_to_frame_flattens_one_row_per_result(tmp_path):
+    results = [make_result(repeat=r, train_time_s=t) for r, t in enumerate([10.0, 12.0, 14.0])]
+    results.append(make_result(precision="fp16", status="unsupported", reason="fp16 needs a CUDA GPU"))
+    frame = to_frame(results)
+    expected = {"framework", "variant", "workload", "precision", "profile", "data", "repeat", "status",
+                "reason", "device", "gpu_name", "framework_version", "cuda_version", "backend",
+                "image_digest", "git_revision", "started_at", "wall_time_s"}
+    expected |= {item.name for item in dataclasses.fields(Metrics)}
+    assert expected <= set(frame.columns)
+    assert len(frame) == 4
+    assert frame["train_time_s"].tolist()[:3] == [10.0, 12.0, 14.0]
+    assert frame["train_time_s"].isna().tolist()[3]
+    assert frame.loc[3, "reason"] == "fp16 needs a CUDA GPU"
+    assert frame.loc[0, "gpu_name"] == "NVIDIA H200"
+    assert frame["seconds_per_1000_images"].dtype == "float64"  # all-None columns stay numeric
+
+
+def test_to_frame_of_nothing_has_the_columns():
+    frame = to_frame([])
+    assert frame.empty and "train_time_s" in frame.columns and "framework" in frame.columns
+
+
+def test_reference_numbers_are_found_from_the_package():
+    reference = load_reference()
+    assert set(PRIMARY_METRIC) == set(reference["workload"])
+    pytorch_cnn = reference[(reference["workload"] == "cnn") & (reference["framework"] == "pytorch")]
+    assert dict(zip(pytorch_cnn["gpu"], pytorch_cnn["value"])) == {"K80": 169, "P100": 51}
+
+
+def test_unreadable_reference_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="missing.csv"):
+        load_reference(tmp_path / "missing.csv")
