@@ -1,0 +1,86 @@
+"""End to end with the real parts: the README's run-matrix on the local backend, a real PyTorch
+environment built from images/pytorch/requirements-cpu.txt, the real workloads, a rendered report.
+
+The environment is built on first use (about a minute here) and cached in ~/.cache/rosetta-bench
+(or $ROSETTA_CACHE_DIR), so later runs start at once.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from workloads.common import hyperparams
+from workloads.common.result import Result, json_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("e2e") / "run"
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
+               "--profile", "smoke", "--data", "synthetic", "--results-dir", str(results), "--timeout", "900"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
+    print(completed.stderr)
+    return results, completed
+
+
+def test_three_ok_cells_with_sane_metrics(smoke_run):
+    results, completed = smoke_run
+    assert completed.returncode == 0, completed.stderr
+    assert "using the local backend" in completed.stderr
+    records = {path.name: Result.read(path) for path in (results / "cells").glob("*.json")}
+    ok = {r.cell.workload: r for r in records.values() if r.status == "ok"}
+    assert sorted(ok) == ["cnn", "gru", "resnet50"], {k: (r.status, r.reason) for k, r in records.items()}
+    for workload, result in ok.items():
+        settings = hyperparams.settings(workload, "smoke")
+        # the same model as the reference: parameter count pinned in hyperparams
+        assert result.metrics.parameter_count == settings.parameter_count
+        assert result.provenance.framework_version.startswith("2.13.0")
+        assert result.provenance.data_source in ("synthetic", "random") and result.provenance.device == "cpu"
+        assert result.provenance.git_revision and result.provenance.backend == "local"
+        assert result.phases["framework_import"] > 0 and result.phases["model_build"] > 0
+        assert result.wall_time_s >= sum(result.phases.values())
+        jsonschema.validate(json.loads((results / "cells" / f"{result.cell.key}.json").read_text()), json_schema())
+    for workload in ("cnn", "gru"):
+        metrics, samples = ok[workload].metrics, ok[workload].samples
+        assert samples.epoch_steps == [8] and 0 < samples.first_step_s < metrics.train_time_s
+        assert 0.0 <= metrics.test_accuracy <= 1.0 and metrics.final_loss > 0
+        assert metrics.samples_per_s > 0 and metrics.steady_samples_per_s > 0
+    # a few SGD steps on synthetic data with a class signal beat 10-class chance
+    assert ok["cnn"].metrics.test_accuracy > 0.15
+    resnet = ok["resnet50"]
+    assert len(resnet.samples.batch_times_s) == 2 and resnet.phases["warmup"] > 0
+    assert resnet.metrics.seconds_per_1000_images == pytest.approx(sum(resnet.samples.batch_times_s) / 64 * 1000)
+
+
+def test_cuda_variant_is_recorded_not_crashed(smoke_run):
+    results, _ = smoke_run
+    cuda = [Result.read(p) for p in (results / "cells").glob("pytorch__cuda__*.json")]
+    assert len(cuda) == 3
+    assert all(r.status in ("ok", "unsupported") for r in cuda)
+
+
+def test_report_rendered(smoke_run):
+    results, _ = smoke_run
+    markdown = (results / "report.md").read_text()
+    html = (results / "report.html").read_text()
+    for title in ("CNN", "ResNet-50", "GRU"):
+        assert title in markdown
+    assert markdown.count("| pytorch | cpu | fp32 |") == 3
+    assert "Published reference" in markdown and "K80" in markdown
+    assert html.count("<svg") == 3 and "<script" not in html
+
+
+def test_resume_skips_finished_cells(smoke_run):
+    results, _ = smoke_run
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
+               "--variants", "cpu", "--profile", "smoke", "--data", "synthetic", "--results-dir", str(results),
+               "--resume"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    assert "3 cell(s) already ok, 0 to run" in completed.stderr
