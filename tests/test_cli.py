@@ -101,3 +101,11 @@ def test_verbose_shows_the_traceback_and_the_module_entry_point_works(tmp_path):
     completed = subprocess.run([sys.executable, "-m", "orchestrator", "run-matrix", "--frameworks", "nope"],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in completed.stderr and completed.stderr.strip().startswith("error:")
+
+
+def test_auto_backend_says_why_it_runs_locally(monkeypatch, capsys):
+    from orchestrator import __main__ as cli, host
+
+    monkeypatch.setattr(host, "docker_engine", lambda: host.DockerStatus(False, "no Docker engine answered"))
+    assert cli.choose_backend("auto") == "local"
+    assert "No Docker engine answered; using the local backend" in capsys.readouterr().err
