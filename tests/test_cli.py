@@ -109,3 +109,33 @@ def test_auto_backend_says_why_it_runs_locally(monkeypatch, capsys):
     monkeypatch.setattr(host, "docker_engine", lambda: host.DockerStatus(False, "no Docker engine answered"))
     assert cli.choose_backend("auto") == "local"
     assert "No Docker engine answered; using the local backend" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path):
+    """SIGINT while a cell hangs: exit 130, the finished cell stays on disk, the cell's process is gone."""
+    import signal
+    import time
+
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\n" + (
+        "import os, sys, time\nfrom workloads.common.result import Cell, Result\n"
+        "if sys.argv[3] == 'gru':\n"
+        f"    open({str(tmp_path / 'hanging.pid')!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n"
+        "Result(Cell('pytorch', sys.argv[3])).write(sys.argv[-1])\n"))
+    fake.chmod(0o755)
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
+               "--workloads", "cnn,gru", "--python", str(fake), "--data", "synthetic", "--profile", "smoke",
+               "--results-dir", str(tmp_path / "run")]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "hanging.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err
+    assert [p.name.split("__")[2] for p in (tmp_path / "run" / "cells").glob("*.json")] == ["cnn"]
+    pid = int((tmp_path / "hanging.pid").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
