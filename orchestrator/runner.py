@@ -75,7 +75,6 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
         console.print(f"resuming {results_dir}: {summary.skipped} cell(s) already ok, {len(pending)} to run")
 
     data_errors = _prefetch(pending, data_dir, console)
-    gpus = None
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("matrix", total=len(pending))
@@ -83,13 +82,11 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
             for cell in pending:
                 progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
                 variant = frameworks[cell.framework].variant(cell.variant)
-                if variant.device == "cuda" and gpus is None:
-                    gpus = host.gpus()
                 start = time.perf_counter()
                 if cell.workload in data_errors:
                     result = Result(cell=cell, status="failed", reason=data_errors[cell.workload])
-                elif variant.device == "cuda" and not gpus:
-                    result = unsupported(cell, "no GPU runtime on this host (nvidia-smi lists no GPU)")
+                elif reason := backend.unsupported_reason(cell, variant):
+                    result = unsupported(cell, reason)
                 else:
                     # absolute paths: the cell runs in its own working directory
                     job = CellJob(cell=cell, device=variant.device,

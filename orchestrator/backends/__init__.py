@@ -32,6 +32,9 @@ class CellJob:
 class Backend(Protocol):
     name: str
 
+    def unsupported_reason(self, cell: Cell, variant) -> str | None:
+        """Why this host cannot run the cell at all (decided before anything starts), or None."""
+
     def run_cell(self, job: CellJob) -> Result: ...
 
 

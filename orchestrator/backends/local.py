@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from orchestrator import host
 from orchestrator.backends import CellJob, collect, workload_arguments
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
@@ -46,6 +47,7 @@ class LocalBackend:
         self.gpus = gpus
         self.log = log
         self._failed_environments: dict[Path, str] = {}
+        self._gpus_seen: list[str] | None = None
         if python and not Path(python).exists() and not shutil.which(python):
             raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the framework installed")
 
@@ -100,6 +102,16 @@ class LocalBackend:
         (venv / READY_MARKER).write_text(variant.requirements.read_text())
 
     # --- cells ----------------------------------------------------------------------------------
+
+    def unsupported_reason(self, cell, variant: Variant) -> str | None:
+        if variant.device == "cuda" and not self._host_gpus():
+            return "no GPU runtime on this host (nvidia-smi lists no GPU)"
+        return None
+
+    def _host_gpus(self) -> list[str]:
+        if self._gpus_seen is None:
+            self._gpus_seen = host.gpus()
+        return self._gpus_seen
 
     def run_cell(self, job: CellJob) -> Result:
         cell = job.cell
