@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator import __version__, frameworks as framework_registry, host
-from orchestrator import matrix as matrix_module
+from orchestrator import images, matrix as matrix_module
 from orchestrator.backends import BACKENDS
 from orchestrator.backends.local import LocalBackend, READY_MARKER, default_cache_dir
 from orchestrator.errors import UserError
@@ -38,17 +38,41 @@ def _split(value: str | None) -> list[str] | None:
 
 def choose_backend(requested: str) -> str:
     """`auto` picks Docker when an engine answers, else the local backend, and says which in one line."""
-    if requested == "docker":
-        raise UserError("the Docker backend is not available in this release yet; use --backend local "
-                        "(what `auto` picks)")
-    if requested == "auto":
-        engine = host.docker_engine()
-        if engine.available:
-            console.print(f"{engine.detail} answered, but the Docker backend is not available yet; "
-                          "using the local backend (per-framework virtual environments).")
-        else:
-            console.print("No Docker engine answered; using the local backend (per-framework virtual environments).")
+    if requested != "auto":
+        return requested
+    engine = host.docker_engine()
+    if engine.available:
+        console.print(f"{engine.detail} answered; using the Docker backend (one container per cell).")
+        return "docker"
+    console.print(f"No Docker engine answered; using the local backend (per-framework virtual environments).")
     return "local"
+
+
+def make_backend(name: str, known: dict, *, python: str | None, cache_dir: Path | None, gpus: str | None,
+                 build_options: "images.BuildOptions", pull: bool):
+    if name == "local":
+        return LocalBackend(known, cache_dir=cache_dir, python=python, gpus=gpus, log=console.print)
+    from orchestrator.backends import docker as docker_backend
+
+    if python:
+        raise UserError("--python runs cells with a host interpreter: it needs --backend local")
+    client = docker_backend.connect()
+
+    failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
+
+    def image_for(cell) -> str:
+        framework = known[cell.framework]
+        variant = framework.variant(cell.variant)
+        tag = images.image_tag(framework, variant, build_options.registry)
+        if tag not in failures:
+            try:
+                return images.ensure_image(client, framework, variant, build_options, pull=pull, log=console.print)
+            except UserError as error:
+                failures[tag] = error
+                console.print(f"[red]error:[/red] {escape(str(error))}")
+        raise failures[tag]
+
+    return docker_backend.DockerBackend(known, client=client, image_for=image_for, gpus=gpus, log=console.print)
 
 
 def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", frameworks: list[str] | None = None,
@@ -56,27 +80,31 @@ def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", framew
                precisions: list[str] | None = None, profile: str | None = None, data_source: str | None = None,
                results_dir: Path | None = None, resume: bool = False, repeat: int | None = None,
                timeout: float | None = None, python: str | None = None, data_dir: Path | None = None,
-               cache_dir: Path | None = None, gpus: str | None = None, render_report: bool = True) -> int:
+               cache_dir: Path | None = None, gpus: str | None = None, render_report: bool = True,
+               registry: str | None = None, pull: bool = False, base_image: str | None = None,
+               ca_bundle: Path | None = None, wheelhouse: Path | None = None) -> int:
     from orchestrator import runner  # rich progress and the report are only needed here
 
-    registry = framework_registry.discover()
-    matrix = matrix_module.load(matrix_file, registry)
-    matrix = matrix_module.narrow(matrix, registry, names=frameworks, variants=variants, workloads=workloads,
+    known = framework_registry.discover()
+    matrix = matrix_module.load(matrix_file, known)
+    matrix = matrix_module.narrow(matrix, known, names=frameworks, variants=variants, workloads=workloads,
                                   precisions=precisions, profile=profile, data=data_source, repeat=repeat)
-    cells = matrix.cells(registry)
+    cells = matrix.cells(known)
     if not cells:
         raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
                         "against `python -m orchestrator list`")
     if timeout is not None and timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
-    choose_backend(backend)  # only the local backend exists in this release
-    engine = LocalBackend(registry, cache_dir=cache_dir, python=python, gpus=gpus, log=console.print)
+    build_options = images.BuildOptions.from_environment(registry=registry, base_image=base_image,
+                                                         ca_bundle=ca_bundle, wheelhouse=wheelhouse)
+    engine = make_backend(choose_backend(backend), known, python=python, cache_dir=cache_dir, gpus=gpus,
+                          build_options=build_options, pull=pull)
     if results_dir is None:
         results_dir = runner.latest_results_dir() if resume else runner.new_results_dir()
     data_dir = Path(data_dir) if data_dir else data.default_data_dir()
     console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeat} repeat(s)) "
                   f"-> {results_dir}")
-    summary = runner.run_cells(cells, engine, registry, results_dir=results_dir, data_dir=data_dir,
+    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, timeout=timeout, console=console,
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
                                          "repeat": matrix.repeat, "argv": sys.argv[1:]})
@@ -86,6 +114,59 @@ def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", framew
     console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
                   + (f", {summary.skipped} already done" if summary.skipped else ""))
     return EXIT_CELLS_FAILED if failed else 0
+
+
+# --- images: build, push, pull ----------------------------------------------------------------
+
+def _selected_variants(names: list[str] | None, variants: list[str] | None) -> list:
+    """(framework, variant) pairs: each framework's default variant, the named ones, or `all`."""
+    known = framework_registry.discover()
+    selected = []
+    for name in names or list(known):
+        if name not in known:
+            raise UserError(f"unknown framework {name!r}; choose from {', '.join(known)}")
+        framework = known[name]
+        chosen = list(framework.variants) if variants == ["all"] else (variants or [framework.default_variant])
+        selected += [(framework, framework.variant(variant)) for variant in chosen]
+    return selected
+
+
+def build_images(*, frameworks: list[str] | None = None, variants: list[str] | None = None,
+                 registry: str | None = None, base_image: str | None = None, ca_bundle: Path | None = None,
+                 wheelhouse: Path | None = None, dry_run: bool = False) -> list[str]:
+    """Build one framework/variant, or all; with dry_run print what would be sent instead."""
+    options = images.BuildOptions.from_environment(registry=registry, base_image=base_image,
+                                                   ca_bundle=ca_bundle, wheelhouse=wheelhouse)
+    selected = _selected_variants(frameworks, variants)
+    if dry_run:
+        for framework, variant in selected:
+            print(images.dry_run(framework, variant, options))
+        return []
+    from orchestrator.backends import docker as docker_backend
+
+    client = docker_backend.connect()
+    return [images.build(client, framework, variant, options, log=console.print).id for framework, variant in selected]
+
+
+def push_images(*, frameworks: list[str], variants: list[str] | None, registry: str) -> list[str]:
+    from orchestrator.backends import docker as docker_backend
+
+    client = docker_backend.connect()
+    return [images.push_image(client, images.image_tag(framework, variant), images.image_tag(framework, variant, registry),
+                              log=console.print)
+            for framework, variant in _selected_variants(frameworks, variants)]
+
+
+def pull_images(*, frameworks: list[str], variants: list[str] | None, registry: str) -> list[str]:
+    from orchestrator.backends import docker as docker_backend
+
+    client = docker_backend.connect()
+    pulled = []
+    for framework, variant in _selected_variants(frameworks, variants):
+        image = images.pull_image(client, images.image_tag(framework, variant, registry), log=console.print)
+        console.print(f"pulled {images.image_digest(image) or image.id}")
+        pulled.append(image.id)
+    return pulled
 
 
 # --- report, list, doctor -----------------------------------------------------------------------
@@ -132,6 +213,15 @@ def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table
 
 # --- argument parsing ---------------------------------------------------------------------------
 
+def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", help="image name prefix, e.g. 127.0.0.1:5000 (default: local names)")
+    parser.add_argument("--base-image", help="override the variant's base image (e.g. one made by "
+                        "images/base/make-local-base.sh)")
+    parser.add_argument("--ca-bundle", type=Path, help="CA bundle for pip inside builds (default: $PIP_CERT, "
+                        "$SSL_CERT_FILE or $REQUESTS_CA_BUNDLE)")
+    parser.add_argument("--wheelhouse", type=Path, help="folder of local wheels for builds (default: $PIP_FIND_LINKS)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m orchestrator",
                                      description="Rosetta Bench: the same models in every framework, measured alike.")
@@ -157,6 +247,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cache-dir", type=Path, help="environment cache (default: $ROSETTA_CACHE_DIR or ~/.cache/rosetta-bench)")
     run.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
     run.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+    run.add_argument("--pull", action="store_true", help="docker: pull missing images from --registry instead of building")
+    _add_build_options(run)
+
+    build = commands.add_parser("build", help="build framework images (default variant, or --variant V / all)")
+    build.add_argument("frameworks", nargs="*", help="default: every framework")
+    build.add_argument("--variant", action="append", dest="variants", help="repeatable; `all` for every variant")
+    build.add_argument("--dry-run", action="store_true", help="print the rendered Dockerfile and the context's files")
+    _add_build_options(build)
+
+    for verb, text in (("push", "tag and push images to --registry"), ("pull", "pull images from --registry")):
+        command = commands.add_parser(verb, help=text)
+        command.add_argument("frameworks", nargs="+")
+        command.add_argument("--variant", action="append", dest="variants", help="repeatable; `all` for every variant")
+        command.add_argument("--registry", required=True, help="e.g. 127.0.0.1:5000 or ghcr.io/you")
 
     report = commands.add_parser("report", help="re-render the report of a results directory")
     report.add_argument("results_dir", type=Path)
@@ -176,7 +280,20 @@ def dispatch(args: argparse.Namespace) -> int:
                           precisions=_split(args.precisions), profile=args.profile, data_source=args.data,
                           results_dir=args.results_dir, resume=args.resume, repeat=args.repeat,
                           timeout=args.timeout, python=args.python, data_dir=args.data_dir,
-                          cache_dir=args.cache_dir, gpus=args.gpus, render_report=not args.no_report)
+                          cache_dir=args.cache_dir, gpus=args.gpus, render_report=not args.no_report,
+                          registry=args.registry, pull=args.pull, base_image=args.base_image,
+                          ca_bundle=args.ca_bundle, wheelhouse=args.wheelhouse)
+    if args.command == "build":
+        build_images(frameworks=args.frameworks, variants=args.variants, registry=args.registry,
+                     base_image=args.base_image, ca_bundle=args.ca_bundle, wheelhouse=args.wheelhouse,
+                     dry_run=args.dry_run)
+        return 0
+    if args.command == "push":
+        push_images(frameworks=args.frameworks, variants=args.variants, registry=args.registry)
+        return 0
+    if args.command == "pull":
+        pull_images(frameworks=args.frameworks, variants=args.variants, registry=args.registry)
+        return 0
     if args.command == "report":
         render(args.results_dir)
         return 0

@@ -24,6 +24,8 @@ class Variant:
     device: str  # cpu or cuda
     requirements: Path
     cuda: str | None = None
+    base_image: str | None = None  # the default BASE_IMAGE of this variant's image
+    gpus: str = ""  # which GPUs its CUDA build can target, for the list and the report
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Framework:
     default_variant: str
     workloads: tuple[str, ...]
     python: str | None = None
+    package: str | None = None  # the pinned package whose version names the image tag
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -65,14 +68,15 @@ def load_framework(folder: Path) -> Framework:
             raise UserError(f"{metadata_file}: variant {name!r} needs device = one of {', '.join(DEVICES)}")
         requirements = folder / spec.get("requirements", f"requirements-{name}.txt")
         variants[name] = Variant(name=name, device=spec["device"], requirements=requirements,
-                                 cuda=spec.get("cuda"))
+                                 cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""))
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))
-    known = {"display_name", "python", "default_variant", "notes", "variants"}
+    known = {"display_name", "python", "default_variant", "notes", "variants", "package"}
     return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
                      variants=variants, default_variant=default_variant,
                      workloads=implemented_workloads(folder.name), python=metadata.get("python"),
+                     package=metadata.get("package"),
                      notes=metadata.get("notes", ""),
                      extra={k: v for k, v in metadata.items() if k not in known})
 

@@ -28,10 +28,10 @@ def error_line(capsys) -> str:
 @pytest.mark.parametrize("argv, expected", [
     (["run-matrix", "--matrix", "missing.toml"], "matrix file missing.toml not found; pass --matrix FILE"),
     (["run-matrix", "--frameworks", "tensorflow"], "unknown framework 'tensorflow'; choose from pytorch"),
-    (["run-matrix", "--variants", "rocm"], "unknown variant 'rocm'; choose from cpu, cuda"),
+    (["run-matrix", "--variants", "rocm"], "unknown variant 'rocm'; choose from cpu, cu118, cu126, cu128, cuda"),
     (["run-matrix", "--workloads", "bert"], "unknown workload 'bert'; choose from cnn, resnet50, gru"),
     (["run-matrix", "--precisions", "fp8"], "unknown precision 'fp8'"),
-    (["run-matrix", "--backend", "docker"], "the Docker backend is not available in this release yet; use --backend local"),
+    (["run-matrix", "--backend", "docker", "--python", "/usr/bin/python3"], "--python runs cells with a host interpreter: it needs --backend local"),
     (["run-matrix", "--backend", "local", "--timeout", "0"], "--timeout must be a positive number of seconds"),
     (["run-matrix", "--backend", "local", "--python", "/no/such/python"], "no such interpreter"),
     (["run-matrix", "--backend", "local", "--resume"], "--resume: no earlier run under results/"),
@@ -41,6 +41,15 @@ def error_line(capsys) -> str:
 def test_error_paths(in_tmp, capsys, argv, expected):
     assert main(argv) == 2
     assert expected in error_line(capsys)
+
+
+def test_docker_engine_unreachable(in_tmp, capsys, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert main(["run-matrix", "--backend", "docker"]) == 2
+    line = error_line(capsys)
+    assert "no Docker engine answered" in line and "--backend local" in line
+    assert main(["build", "pytorch"]) == 2
+    assert "no Docker engine answered" in error_line(capsys)
 
 
 def test_bad_matrix_file(in_tmp, capsys):

@@ -32,7 +32,8 @@ def available_frameworks(workload: str) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__.split("\n")[0])
     parser.add_argument("workload", choices=hyperparams.WORKLOADS)
-    parser.add_argument("--framework", required=True)
+    parser.add_argument("--framework", default=os.environ.get("ROSETTA_FRAMEWORK"),
+                        help="default: $ROSETTA_FRAMEWORK (set in each framework's image)")
     parser.add_argument("--variant", default="cpu", help="recorded in the result (the image or environment used)")
     parser.add_argument("--profile", choices=hyperparams.PROFILES, default="full")
     parser.add_argument("--precision", choices=hyperparams.PRECISIONS, default="fp32")
@@ -40,8 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, default="real")
     parser.add_argument("--data-dir", default=None, help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--repeat", type=int, default=0, help="repeat index, recorded in the result")
-    parser.add_argument("--out", required=True, help="where to write the JSON result")
-    return parser.parse_args(argv)
+    parser.add_argument("--out", help="where to write the JSON result (default: $ROSETTA_RESULTS_DIR/<cell>.json)")
+    args = parser.parse_args(argv)
+    if not args.framework:
+        parser.error("--framework is required (or set ROSETTA_FRAMEWORK)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cell = Cell(framework=args.framework, workload=args.workload, variant=args.variant,
                 precision=args.precision, profile=args.profile, data=args.data, repeat=args.repeat)
+    out = args.out or os.path.join(os.environ.get("ROSETTA_RESULTS_DIR", "."), f"{cell.key}.json")
     run = Run(cell, device=args.device, data_dir=args.data_dir)
     code = EXIT_OK
     try:
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         run.result.status, code = "failed", EXIT_FAILED
         run.result.reason = f"{type(error).__name__}: {error}".strip()
-    run.finish().write(args.out)
+    run.finish().write(out)
     print(f"{cell.key}: {run.result.status}" + (f" ({run.result.reason})" if run.result.reason else ""),
           file=sys.stderr)
     return code

@@ -206,6 +206,8 @@ class Run:
         provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION") or None
         provenance.gpu_driver = nvidia_driver_version()
         provenance.interpreter = sys.executable
+        provenance.user_id = os.getuid()
+        provenance.network_interfaces = network_interfaces()
 
 
 def cpu_model() -> str | None:
@@ -217,6 +219,14 @@ def cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def network_interfaces() -> list[str]:
+    """The interfaces this process sees; a container run without network has only loopback."""
+    try:
+        return sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        return []
 
 
 def nvidia_driver_version() -> str | None:

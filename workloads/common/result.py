@@ -97,6 +97,8 @@ class Provenance:
     data_checksum: str | None = None  # of the downloaded archive, "algorithm:hexdigest"
     backend: str | None = None  # local or docker, filled in by the host
     interpreter: str | None = None
+    user_id: int | None = None  # the workload's uid: containers run as a non-root user
+    network_interfaces: list[str] = field(default_factory=list)  # just ["lo"] in a container without network
     image_id: str | None = None
     image_digest: str | None = None
     extras: dict[str, str] = field(default_factory=dict)  # framework-specific switches

@@ -1,0 +1,314 @@
+"""The Docker backend: each cell in a fresh, locked-down container of its framework's image.
+
+The image's ENTRYPOINT is `python -m workloads`, so the container's command is exactly the
+arguments every backend passes (`workload_arguments`). The container gets no network, no
+capabilities, a read-only root filesystem, the dataset cache read-only at /data and one writable
+per-cell folder at /results, where the workload writes its JSON result. Frameworks write caches to
+HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
+
+The engine must share this host's filesystem (a local engine): the dataset cache and the result
+folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
+interrupted run can be found and removed (`remove_leftover_containers`).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import docker
+import requests
+
+from orchestrator import host
+from orchestrator.backends import CellJob, collect, tail, workload_arguments
+from orchestrator.errors import UserError
+from orchestrator.frameworks import Framework
+from workloads.common.result import Cell, Result
+
+CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
+SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+# The images' non-root user (images/<fw>/Dockerfile: useradd --uid 10001, HOME=/home/rosetta).
+CONTAINER_UID = 10001
+CONTAINER_HOME = "/home/rosetta"
+DATA_MOUNT = "/data"
+RESULTS_MOUNT = "/results"
+RESULT_FILE = f"{RESULTS_MOUNT}/result.json"
+
+# API calls other than waiting for a cell (create, logs, kill, remove) get the SDK's usual limit.
+API_TIMEOUT_S = 60.0
+# After a timeout: how long to wait for the killed container to stop before reading its logs.
+KILL_GRACE_S = 30.0
+_UNKNOWN = object()  # "not asked yet", for answers cached on first use that may be None
+
+
+@dataclass
+class _Exit:
+    """How a container ended: its exit code, or the time limit it ran past."""
+
+    exit_code: int | None = None
+    timed_out_after: float | None = None
+    out_of_memory: bool = False
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, frameworks: dict[str, Framework], *, client: docker.DockerClient, image_for: Callable[[Cell], str],
+                 gpus: str | None = None, log: Callable[[str], None] = print):
+        """`image_for(cell)` gives a local image reference (tag or ID) for the cell; this backend
+        never builds or pulls. `gpus`: None for every GPU, else comma-separated device indices
+        (or UUIDs) as `--gpus` takes them."""
+        self.frameworks = frameworks
+        self.client = client
+        self.image_for = image_for
+        self.gpu_ids = _parse_gpus(gpus)
+        self.log = log
+        self.session = uuid.uuid4().hex[:12]
+        self._gpu_problem = _UNKNOWN
+        self._engine_info: dict | None = None
+
+    # --- what this host can run -----------------------------------------------------------------
+
+    def unsupported_reason(self, cell: Cell, variant) -> str | None:
+        if variant.device != "cuda":
+            return None
+        if self._gpu_problem is _UNKNOWN:  # the same answer for every CUDA cell: ask once
+            self._gpu_problem = self._gpu_support_problem()
+        return self._gpu_problem
+
+    def _gpu_support_problem(self) -> str | None:
+        if not host.gpus():
+            return "no GPU runtime on this host (nvidia-smi lists no GPU)"
+        info = self._info()
+        if info is None:
+            return "no GPU runtime on this host (the Docker engine did not say which runtimes it has)"
+        if "nvidia" not in (info.get("Runtimes") or {}):
+            return ("no GPU runtime on this host (the Docker engine has no 'nvidia' runtime; install the NVIDIA "
+                    "Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`)")
+        return None
+
+    def _info(self) -> dict | None:
+        if self._engine_info is None:
+            try:
+                self._engine_info = self.client.info()
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                return None
+        return self._engine_info
+
+    # --- one cell -------------------------------------------------------------------------------
+
+    def run_cell(self, job: CellJob) -> Result:
+        """Run the cell in a fresh container and return its Result; Docker's own errors (no image,
+        a refused container, a lost engine) become a failed Result with a one-line reason."""
+        cell = job.cell
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        job.log_path.write_bytes(b"")  # this attempt's log only, not an earlier run's
+        reference = None
+        try:
+            reference = self.image_for(cell)
+            image = self.client.images.get(reference)
+        except docker.errors.ImageNotFound:
+            return self._failed(job, f"image {reference} is not on the Docker engine; build it with "
+                                     f"`python -m orchestrator build {cell.framework} --variant {cell.variant}`")
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            return self._failed(job, f"no image for {cell.framework}/{cell.variant}: {_one_line(error)}")
+        except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
+            return self._failed(job, str(error))
+
+        out_dir = self._prepare_scratch(job)
+        job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
+        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE)
+        container = None
+        try:
+            try:
+                container = self.client.containers.create(image.id, command, **self._container_options(job, out_dir))
+                container.start()
+                ending = self._wait(container, job.timeout)
+                self._save_logs(container, job.log_path)
+                result = collect(cell, exit_code=ending.exit_code, result_file=self._result_file(container, job),
+                                 log_path=job.log_path, timed_out_after=ending.timed_out_after)
+                if ending.out_of_memory and result.status == "failed":
+                    result.reason = f"killed for lack of memory (out-of-memory killer); {result.reason}"
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+                result = self._failed(job, f"Docker: {_one_line(error)}")
+        finally:
+            # Always, Ctrl-C included: a forced removal kills the container if it still runs.
+            if container is not None:
+                self._remove(container)
+            shutil.rmtree(job.work_dir, ignore_errors=True)
+        self._record_image(result, image)
+        return result
+
+    def _prepare_scratch(self, job: CellJob) -> Path:
+        """A fresh /results folder that the container's user (uid 10001, not us) can write."""
+        if job.work_dir.exists():
+            shutil.rmtree(job.work_dir)  # left behind by an interrupted run
+        out_dir = job.work_dir / "out"
+        out_dir.mkdir(parents=True)
+        if os.geteuid() == 0:
+            os.chown(out_dir, CONTAINER_UID, CONTAINER_UID)
+        else:
+            out_dir.chmod(0o777)
+        return out_dir
+
+    def _container_options(self, job: CellJob, out_dir: Path) -> dict:
+        environment = {"PYTHONUNBUFFERED": "1"}
+        if job.git_revision:
+            environment["ROSETTA_GIT_REVISION"] = job.git_revision
+        options = dict(
+            detach=True,
+            user=f"{CONTAINER_UID}:{CONTAINER_UID}",
+            environment=environment,
+            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session},
+            network_mode="none",  # datasets are fetched on the host before any cell starts
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            privileged=False,
+            read_only=True,
+            # Docker mounts tmpfs noexec by default; compilers (torch.compile, XLA, Triton) write
+            # shared objects to /tmp or HOME and load them, so both must allow exec.
+            tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777",
+                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,uid={CONTAINER_UID},gid={CONTAINER_UID},mode=0700"},
+            mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
+                    docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
+        )
+        engine_host = (self._info() or {}).get("Name")
+        if engine_host:
+            # the workload records its hostname; the engine's host says more than a container ID
+            options["hostname"] = engine_host
+        if job.device == "cuda":
+            if self.gpu_ids:
+                request = docker.types.DeviceRequest(device_ids=self.gpu_ids, capabilities=[["gpu"]])
+            else:
+                request = docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+            options["device_requests"] = [request]
+        return options
+
+    def _wait(self, container, timeout: float | None) -> _Exit:
+        started = time.monotonic()
+        try:
+            status = container.wait(timeout=timeout)
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            # Over a unix socket the SDK reports a read timeout as a ConnectionError, so tell our
+            # time limit apart from a lost engine by the clock.
+            if timeout is None or time.monotonic() - started < timeout * 0.9:
+                raise
+            _kill(container)
+            try:
+                container.wait(timeout=KILL_GRACE_S)
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                pass  # its logs so far are still worth reading
+            return _Exit(timed_out_after=timeout)
+        container.reload()
+        return _Exit(exit_code=status.get("StatusCode"),
+                     out_of_memory=bool(container.attrs.get("State", {}).get("OOMKilled")))
+
+    @staticmethod
+    def _save_logs(container, log_path: Path) -> None:
+        with open(log_path, "wb") as log:
+            for chunk in container.logs(stdout=True, stderr=True, stream=True, follow=False):
+                log.write(chunk)
+
+    @staticmethod
+    def _result_file(container, job: CellJob) -> Path:
+        """The result as the host can read it. A file written by uid 10001 with mode 0600 is
+        unreadable to a non-root user of the engine, so then the engine hands over a copy."""
+        written = job.work_dir / "out" / "result.json"
+        if not written.is_file() or os.access(written, os.R_OK):
+            return written
+        copy = job.work_dir / "result.json"
+        stream, _ = container.get_archive(RESULT_FILE)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.extractfile(archive.getmembers()[0])
+            copy.write_bytes(member.read() if member else b"")
+        return copy
+
+    def _remove(self, container) -> None:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            self.log(f"could not remove container {container.short_id} ({_one_line(error)}); "
+                     f"remove it with `docker rm -f {container.short_id}`")
+
+    def _failed(self, job: CellJob, reason: str) -> Result:
+        """A cell that failed on the Docker side; the log says why too, so every cell has one."""
+        with open(job.log_path, "a") as log:
+            log.write(f"rosetta-bench: {reason}\n")
+        result = Result(cell=job.cell, status="failed", reason=reason, stderr_tail=tail(job.log_path))
+        result.provenance.backend = self.name
+        return result
+
+    def _record_image(self, result: Result, image) -> None:
+        result.provenance.backend = self.name
+        result.provenance.image_id = image.id
+        digests = image.attrs.get("RepoDigests") or []
+        result.provenance.image_digest = digests[0] if digests else None
+
+    def remove_leftovers(self) -> int:
+        """Remove this backend's containers that an interrupted run may have left behind."""
+        return remove_leftover_containers(self.client, session=self.session)
+
+
+# --- the engine -----------------------------------------------------------------------------------
+
+def connect(timeout: float = 10.0) -> docker.DockerClient:
+    """A client for the engine that DOCKER_HOST names (or the local socket), once it has answered.
+
+    `timeout`: seconds to wait for that first answer. Later calls use API_TIMEOUT_S; waiting for a
+    cell has its own limit (the job's timeout)."""
+    address = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+        raise UserError(f"no Docker engine answered at {address} ({_one_line(error)}); start it "
+                        "(e.g. `sudo systemctl start docker` or `dockerd &`) or use --backend local") from None
+    client.api.timeout = max(timeout, API_TIMEOUT_S)
+    return client
+
+
+def remove_leftover_containers(client: docker.DockerClient, *, session: str | None = None) -> int:
+    """Remove containers labelled as Rosetta Bench cells (after Ctrl-C, or a crash of an earlier
+    run); only one backend's when `session` is given. Returns how many were removed."""
+    label = f"{SESSION_LABEL}={session}" if session else CELL_LABEL
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": label}):
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.NotFound:
+            pass  # it went while we looked
+    return removed
+
+
+def _parse_gpus(gpus: str | None) -> list[str] | None:
+    if gpus is None:
+        return None
+    ids = [part.strip() for part in gpus.split(",")]
+    if not all(ids):
+        raise UserError(f"--gpus {gpus!r}: give comma-separated device indices, e.g. --gpus 0 or --gpus 0,1")
+    return ids
+
+
+def _kill(container) -> None:
+    try:
+        container.kill()
+    except docker.errors.APIError:
+        pass  # it stopped by itself meanwhile (409: not running) or is already gone
+
+
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    """The engine's own message when it gave one, else the error's first line."""
+    text = str(getattr(error, "explanation", None) or error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,313 @@
+"""Per-framework images: tags, build contexts assembled in memory, build, pull and push.
+
+A build context holds only what its image needs (the Dockerfile, the variant's pinned
+requirements, an optional CA bundle and local wheels, the common workload code and that
+framework's own files) and is written with fixed tar metadata, so the same inputs give the same
+bytes and Docker's layer cache keeps working.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from orchestrator import __version__, host
+from orchestrator.errors import UserError
+from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
+
+LABEL = "io.rosetta-bench"
+DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
+LOCAL_BASE_SCRIPT = "images/base/make-local-base.sh"
+Log = Callable[[str], None]
+
+
+@dataclass
+class BuildOptions:
+    registry: str | None = None  # prefix of every tag, e.g. 127.0.0.1:5000 or ghcr.io/me
+    base_image: str | None = None  # overrides the variant's base image
+    ca_bundle: Path | None = None  # given to pip inside the build only
+    wheelhouse: Path | None = None  # local wheels offered to pip inside the build
+    log_dir: Path | None = None  # where full build logs go
+
+    @classmethod
+    def from_environment(cls, *, registry: str | None = None, base_image: str | None = None,
+                         ca_bundle: str | os.PathLike | None = None, wheelhouse: str | os.PathLike | None = None,
+                         log_dir: Path | None = None) -> "BuildOptions":
+        """Fill what was not given from the variables pip itself honours."""
+        if ca_bundle is None:
+            ca_bundle = next((os.environ[name] for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+                              if os.environ.get(name)), None)
+        if wheelhouse is None:
+            folders = [f for f in os.environ.get("PIP_FIND_LINKS", "").split() if Path(f).is_dir()]
+            wheelhouse = folders[0] if folders else None
+        options = cls(registry=registry.rstrip("/") if registry else None, base_image=base_image,
+                      ca_bundle=Path(ca_bundle) if ca_bundle else None,
+                      wheelhouse=Path(wheelhouse) if wheelhouse else None, log_dir=log_dir)
+        if options.ca_bundle and not options.ca_bundle.is_file():
+            raise UserError(f"--ca-bundle {options.ca_bundle}: no such file; give the PEM bundle your proxy's "
+                            "certificates are in")
+        if options.wheelhouse and not options.wheelhouse.is_dir():
+            raise UserError(f"--wheelhouse {options.wheelhouse}: no such folder; give a folder of .whl files")
+        return options
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+def pinned_version(framework: Framework, variant: Variant) -> str:
+    """The framework package's pinned version, without a local label (tags cannot hold '+')."""
+    package = _normalise(framework.package or framework.name)
+    for requirement in _requirement_lines(variant.requirements):
+        name, _, version = requirement.partition("==")
+        if _normalise(name) == package and version:
+            return version.strip().split("+")[0]
+    raise UserError(f"{variant.requirements}: no `{package}==<version>` pin; every variant pins its framework")
+
+
+def image_repository(framework: str, registry: str | None = None) -> str:
+    return f"{registry}/rosetta-{framework}" if registry else f"rosetta-{framework}"
+
+
+def image_tag(framework: Framework, variant: Variant, registry: str | None = None) -> str:
+    return f"{image_repository(framework.name, registry)}:{variant.name}-{pinned_version(framework, variant)}"
+
+
+def base_image(variant: Variant, options: BuildOptions) -> str:
+    return options.base_image or variant.base_image or DEFAULT_BASE_IMAGE
+
+
+# --- build context --------------------------------------------------------------------------------
+
+def context_files(framework: Framework, variant: Variant, options: BuildOptions) -> dict[str, Path | bytes]:
+    """Archive name -> source file (or bytes), for exactly what this image needs."""
+    dockerfile = framework.folder / "Dockerfile"
+    if not dockerfile.is_file():
+        raise UserError(f"{dockerfile} is missing: every framework image needs one (see images/pytorch/)")
+    files: dict[str, Path | bytes] = {
+        "Dockerfile": dockerfile,
+        "build/requirements.txt": variant.requirements,
+        # an empty bundle means "pip's default"; the file always exists so the Dockerfile stays simple
+        "build/ca-bundle.crt": options.ca_bundle if options.ca_bundle else b"",
+        "build/wheels/README": b"local wheels offered to pip (--wheelhouse)\n",
+    }
+    for wheel in _matching_wheels(variant, options.wheelhouse):
+        files[f"build/wheels/{wheel.name}"] = wheel
+    module = framework.name.replace("-", "_")
+    for path in sorted(WORKLOADS_DIR.rglob("*.py")):
+        relative = path.relative_to(WORKLOADS_DIR)
+        parts = relative.parts
+        if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module):
+            files[f"workloads/{relative.as_posix()}"] = path
+    return files
+
+
+def _matching_wheels(variant: Variant, wheelhouse: Path | None) -> list[Path]:
+    """Only wheels of packages the requirements name, built for this Python, so the context stays small."""
+    if not wheelhouse:
+        return []
+    wanted = {}
+    for requirement in _requirement_lines(variant.requirements):
+        name, _, version = requirement.partition("==")
+        wanted[_normalise(name)] = version.strip()
+    matches = []
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        pinned = wanted.get(_normalise(name))
+        if variant.device == "cuda" and version.endswith("+cpu"):
+            continue  # a CPU-only build must never stand in for a CUDA one
+        if pinned is not None and (not pinned or version == pinned or version.split("+")[0] == pinned):
+            matches.append(wheel)
+    return matches
+
+
+def build_context(files: dict[str, Path | bytes]) -> bytes:
+    """A tar archive with fixed metadata: same inputs, same bytes, warm layer cache."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name in sorted(files):
+            source = files[name]
+            content = source if isinstance(source, bytes) else Path(source).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(content), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            archive.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def requirements_hash(variant: Variant) -> str:
+    return hashlib.sha256(variant.requirements.read_bytes()).hexdigest()
+
+
+def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
+    return {
+        "org.opencontainers.image.title": f"Rosetta Bench {framework.display_name} ({variant.name})",
+        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.revision": host.git_revision() or "unknown",
+        f"{LABEL}.framework": framework.name,
+        f"{LABEL}.framework-version": pinned_version(framework, variant),
+        f"{LABEL}.variant": variant.name,
+        f"{LABEL}.device": variant.device,
+        f"{LABEL}.cuda": variant.cuda or ("from the wheel" if variant.device == "cuda" else "none"),
+        f"{LABEL}.requirements-sha256": requirements_hash(variant),
+    }
+
+
+def dry_run(framework: Framework, variant: Variant, options: BuildOptions) -> str:
+    """What a build would send: tag, base image, labels, the Dockerfile and the context's files."""
+    files = context_files(framework, variant, options)
+    lines = [f"# image: {image_tag(framework, variant, options.registry)}",
+             f"# build argument BASE_IMAGE={base_image(variant, options)}"]
+    lines += [f"# label {key}={value}" for key, value in image_labels(framework, variant).items()]
+    lines += ["", (framework.folder / "Dockerfile").read_text().rstrip(), "", "# build context:"]
+    for name in sorted(files):
+        source = files[name]
+        size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+        lines.append(f"#   {size:>12,} B  {name}")
+    return "\n".join(lines)
+
+
+# --- engine operations ----------------------------------------------------------------------------
+
+def build(client, framework: Framework, variant: Variant, options: BuildOptions, *, log: Log = print):
+    """Build one image, streaming its steps; the full log is kept on disk."""
+    import docker
+
+    tag = image_tag(framework, variant, options.registry)
+    base = base_image(variant, options)
+    ensure_base_image(client, base)
+    context = build_context(context_files(framework, variant, options))
+    log_dir = options.log_dir or Path.home() / ".cache" / "rosetta-bench" / "build-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tag)}.log"
+    log(f"building {tag} on {base} ({len(context) / 2**20:.1f} MiB context; log: {log_path})")
+    step = "the first step"
+    with open(log_path, "w") as stream:
+        try:
+            chunks = client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
+                                      forcerm=True, pull=False, decode=True, buildargs={"BASE_IMAGE": base},
+                                      labels=image_labels(framework, variant))
+            for chunk in chunks:
+                text = chunk.get("stream", "")
+                stream.write(text)
+                if text.startswith("Step "):
+                    step = text.strip()
+                    log(f"  {step}")
+                if "error" in chunk:
+                    stream.write(chunk["error"] + "\n")
+                    message = chunk["error"].strip().splitlines()[-1]
+                    raise UserError(f"building {tag} failed at {step!r}: {message}; full log: {log_path}")
+        except docker.errors.APIError as error:
+            raise UserError(f"building {tag} failed: {_explain(error)}; full log: {log_path}") from error
+    image = client.images.get(tag)
+    log(f"built {tag} ({image.short_id}, {image.attrs.get('Size', 0) / 2**20:,.0f} MiB)")
+    return image
+
+
+def ensure_base_image(client, name: str) -> None:
+    """The base must be local or pullable; say how to make one when it is neither."""
+    import docker
+
+    try:
+        client.images.get(name)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(name)
+    except docker.errors.APIError as error:
+        raise UserError(f"base image {name} is not here and cannot be pulled ({_explain(error)}); pass "
+                        f"--base-image with a local image, e.g. one made by {LOCAL_BASE_SCRIPT}") from error
+
+
+def ensure_image(client, framework: Framework, variant: Variant, options: BuildOptions, *, pull: bool = False,
+                 log: Log = print) -> str:
+    """The image for a cell: already here, pulled (with --pull), or built."""
+    import docker
+
+    tag = image_tag(framework, variant, options.registry)
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    if pull:
+        pull_image(client, tag, log=log)
+    else:
+        build(client, framework, variant, options, log=log)
+    return tag
+
+
+def push_image(client, source: str, target: str, *, log: Log = print) -> str:
+    """Tag `source` as `target` and push it; returns the registry digest (sha256:...)."""
+    import docker
+
+    try:
+        image = client.images.get(source)
+    except docker.errors.ImageNotFound:
+        raise UserError(f"image {source} is not here; build it first: python -m orchestrator build") from None
+    repository, _, tag = target.rpartition(":")
+    image.tag(repository, tag)
+    log(f"pushing {target}")
+    digest = None
+    try:
+        for chunk in client.api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise UserError(f"pushing {target} failed: {chunk['error'].strip()}; "
+                                f"{_registry_hint(target)}")
+            digest = (chunk.get("aux") or {}).get("Digest", digest)
+    except docker.errors.APIError as error:
+        raise UserError(f"pushing {target} failed: {_explain(error)}; {_registry_hint(target)}") from error
+    if not digest:
+        raise UserError(f"pushing {target} gave no digest; {_registry_hint(target)}")
+    log(f"pushed {target} as {digest}")
+    return digest
+
+
+def pull_image(client, reference: str, *, log: Log = print):
+    import docker
+
+    log(f"pulling {reference}")
+    try:
+        return client.images.pull(reference)
+    except docker.errors.NotFound:
+        raise UserError(f"{reference} is not in the registry; build and push it first "
+                        "(python -m orchestrator build ... then push --registry ...)") from None
+    except docker.errors.APIError as error:
+        raise UserError(f"pulling {reference} failed: {_explain(error)}; {_registry_hint(reference)}") from error
+
+
+def image_digest(image) -> str | None:
+    digests = image.attrs.get("RepoDigests") or []
+    return digests[0] if digests else None
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def _requirement_lines(path: Path) -> list[str]:
+    lines = []
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            lines.append(line)
+    return lines
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower().strip()
+
+
+def _explain(error) -> str:
+    text = getattr(error, "explanation", None) or str(error)
+    return " ".join(str(text).split())[:300]
+
+
+def _registry_hint(reference: str) -> str:
+    registry = reference.split("/")[0] if "/" in reference else "docker.io"
+    return f"is the registry {registry} running and reachable (check --registry)?"
+
+

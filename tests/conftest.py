@@ -1,0 +1,67 @@
+"""Shared fixtures for the tests that drive a real Docker engine and a real image registry."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+# The local Debian base that CI makes with images/base/make-local-base.sh (no registry is reachable there).
+BASE_IMAGE = os.environ.get("ROSETTA_BASE_IMAGE", "rosetta-base:bookworm")
+
+
+def _skip_or_fail(reason: str):
+    """CI sets ROSETTA_REQUIRE_DOCKER=1: there a missing engine is a failure, never a quiet skip."""
+    if os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as error:  # noqa: BLE001 - any failure to reach the engine means: no engine here
+        _skip_or_fail(f"no Docker engine answered ({str(error).splitlines()[0][:120]})")
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        _skip_or_fail(f"base image {BASE_IMAGE} missing: run images/base/make-local-base.sh {BASE_IMAGE}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A real image registry (Debian's docker-registry, Distribution 2.x) on 127.0.0.1."""
+    binary = shutil.which("docker-registry")
+    if not binary:
+        _skip_or_fail("docker-registry is not installed (apt-get install docker-registry)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = tmp_path_factory.mktemp("registry")
+    config = folder / "config.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
+                      f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    with open(folder / "registry.log", "w") as log:
+        process = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail(f"the registry did not start: {(folder / 'registry.log').read_text()[-500:]}")
+            time.sleep(0.2)
+    yield address
+    process.terminate()
+    process.wait(timeout=10)

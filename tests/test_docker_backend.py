@@ -1,0 +1,283 @@
+"""The Docker backend against a real Docker engine, with a tiny image standing in for a framework.
+
+The test image is the local Debian base (images/base/make-local-base.sh) plus the real `workloads`
+package and a fake entrypoint that honours the same contract as `python -m workloads`: it takes
+exactly the arguments of `workload_arguments`, writes its Result to --out with the real
+`workloads.common.result` (standard library only, so no numpy or framework is needed) and exits
+0 / 3 / other. What it does depends on the cell:
+
+    cnn       ok, and reports what it saw from inside: uid, network, writable paths, capabilities
+    gru       hangs (for the timeout and Ctrl-C tests)
+    resnet50  unsupported (exit 3)
+    fp16      crashes with a message on stderr (any workload)
+"""
+import os
+import shutil
+import signal
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.backends import CellJob
+from orchestrator.backends.docker import (CELL_LABEL, SESSION_LABEL, DockerBackend, connect,
+                                          remove_leftover_containers)
+from orchestrator.errors import UserError
+from orchestrator.frameworks import WORKLOADS_DIR, Variant
+from workloads.common.result import Cell
+
+BASE_IMAGE = os.environ.get("ROSETTA_BASE_IMAGE", "rosetta-base:bookworm")
+# CI sets ROSETTA_REQUIRE_DOCKER=1: there a missing engine or base image fails, never skips quietly.
+REQUIRE_DOCKER = os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1"
+
+try:
+    docker.from_env(timeout=10).ping()
+except Exception as error:  # noqa: BLE001 - any failure to reach the engine means: no engine here
+    reason = f"no Docker engine answered ({str(error).splitlines()[0][:160]}); these tests need one"
+    if REQUIRE_DOCKER:
+        raise RuntimeError(reason) from None
+    pytest.skip(reason, allow_module_level=True)
+
+FAKE_WORKLOAD = textwrap.dedent('''
+    """Stands in for `python -m workloads` inside the test image (same arguments, same exit codes)."""
+    import argparse, os, socket, subprocess, sys, time
+    from workloads.common.result import Cell, Result
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload")
+    for option in ("--framework", "--variant", "--profile", "--precision", "--device", "--data",
+                   "--data-dir", "--repeat", "--out"):
+        parser.add_argument(option, required=True)  # the whole contract, or exit 2
+    args = parser.parse_args()
+    cell = Cell(args.framework, args.workload, variant=args.variant, precision=args.precision,
+                profile=args.profile, data=args.data, repeat=int(args.repeat))
+    print(f"fake workload: {cell.key} on {args.device}")  # stdout, for the log
+
+    def attempt(action):
+        try:
+            action()
+            return "yes"
+        except OSError as error:
+            return f"no ({error.strerror or error})"
+
+    def write(path):
+        return lambda: open(path, "w").close()
+
+    def connect_out():
+        with socket.create_connection(("1.1.1.1", 53), timeout=3):
+            pass
+
+    if args.precision == "fp16":
+        print("boom: fp16 kernels crashed", file=sys.stderr)
+        sys.exit(7)
+    if args.workload == "gru":
+        time.sleep(120)
+    result = Result(cell)
+    if args.workload == "resnet50":
+        result.status, result.reason = "unsupported", "resnet50 needs a GPU here"
+        result.write(args.out)
+        sys.exit(3)
+    status = dict(line.split(":\\t") for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+    result.provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION")
+    result.provenance.hostname = socket.gethostname()
+    result.provenance.extras = {
+        "uid": subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip(),
+        "network": attempt(connect_out),
+        "data_writable": attempt(write(os.path.join(args.data_dir, "probe"))),
+        "data_visible": str(os.listdir(args.data_dir)),
+        "root_writable": attempt(write("/opt/rosetta/probe")),
+        "home_writable": attempt(write(os.path.expanduser("~/probe"))),
+        "tmp_writable": attempt(write("/tmp/probe")),
+        "capabilities": status["CapEff"].strip(),
+        "no_new_privileges": status["NoNewPrivs"].strip(),
+        "unbuffered": os.environ.get("PYTHONUNBUFFERED", ""),
+    }
+    result.write(args.out)
+''')
+
+DOCKERFILE = textwrap.dedent(f"""
+    FROM {BASE_IMAGE}
+    RUN useradd --uid 10001 --user-group --create-home --home-dir /home/rosetta rosetta
+    COPY workloads/ /opt/rosetta/workloads/
+    COPY fake_workload.py /opt/fake/fake_workload.py
+    ENV PYTHONPATH=/opt/rosetta PYTHONDONTWRITEBYTECODE=1 HOME=/home/rosetta
+    USER 10001:10001
+    WORKDIR /home/rosetta
+    ENTRYPOINT ["python3", "/opt/fake/fake_workload.py"]
+""")
+
+
+@pytest.fixture(scope="module")
+def client():
+    engine = connect()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def test_image(client, tmp_path_factory):
+    try:
+        client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        reason = f"no {BASE_IMAGE} image: run images/base/make-local-base.sh first"
+        if REQUIRE_DOCKER:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    context = tmp_path_factory.mktemp("image-context")
+    (context / "Dockerfile").write_text(DOCKERFILE)
+    (context / "fake_workload.py").write_text(FAKE_WORKLOAD)
+    shutil.copytree(WORKLOADS_DIR, context / "workloads", ignore=shutil.ignore_patterns("__pycache__"))
+    tag = f"rosetta-bench-test/docker-backend:{uuid.uuid4().hex[:8]}"
+    image, _ = client.images.build(path=str(context), tag=tag, rm=True, forcerm=True)
+    yield image
+    client.images.remove(image.id, force=True)
+
+
+@pytest.fixture
+def backend(client, test_image):
+    return DockerBackend({}, client=client, image_for=lambda cell: test_image.tags[0], log=lambda message: None)
+
+
+def make_job(tmp_path: Path, workload: str, *, precision="fp32", device="cpu", timeout=None) -> CellJob:
+    cell = Cell("fake", workload, precision=precision, profile="smoke", data="synthetic")
+    return CellJob(cell=cell, device=device, work_dir=tmp_path / "run" / ".work" / cell.key,
+                   log_path=tmp_path / "run" / "logs" / f"{cell.key}.log", data_dir=tmp_path / "data",
+                   timeout=timeout, git_revision="0123abc")
+
+
+def containers_of(client, backend: DockerBackend) -> list:
+    return client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={backend.session}"})
+
+
+def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client, backend, test_image):
+    job = make_job(tmp_path, "cnn")
+    job.data_dir.mkdir()
+    (job.data_dir / "cifar-10.tar.gz").write_text("cached dataset")
+    result = backend.run_cell(job)
+    assert result.status == "ok", (result.reason, result.stderr_tail)
+    seen = result.provenance.extras
+    assert seen["uid"] == "10001"
+    assert seen["network"].startswith("no")  # network_mode none
+    assert seen["data_writable"] == "no (Read-only file system)" and "cifar-10.tar.gz" in seen["data_visible"]
+    assert seen["root_writable"] == "no (Read-only file system)"
+    assert seen["home_writable"] == "yes" and seen["tmp_writable"] == "yes"  # the tmpfs mounts
+    assert seen["capabilities"] == "0000000000000000" and seen["no_new_privileges"] == "1"
+    assert seen["unbuffered"] == "1" and result.provenance.git_revision == "0123abc"
+    assert result.provenance.backend == "docker"
+    assert result.provenance.image_id == test_image.id and result.provenance.image_digest is None  # never pushed
+    assert "fake workload: fake__cpu__cnn__fp32__smoke__synthetic__r0 on cpu" in job.log_path.read_text()
+    assert not job.work_dir.exists()
+    assert containers_of(client, backend) == []
+    assert not client.containers.list(all=True, filters={"label": f"{CELL_LABEL}={job.cell.key}"})
+
+
+def test_a_hanging_cell_is_killed_and_its_container_removed(tmp_path, client, backend):
+    start = time.monotonic()
+    result = backend.run_cell(make_job(tmp_path, "gru", timeout=3))
+    assert time.monotonic() - start < 60
+    assert result.status == "timeout" and result.reason == "timed out after 3 s; the cell was killed"
+    assert "fake workload" in result.stderr_tail  # the log up to the kill is kept
+    assert containers_of(client, backend) == []
+
+
+def test_unsupported_exit_code(tmp_path, client, backend):
+    job = make_job(tmp_path, "resnet50")
+    result = backend.run_cell(job)
+    assert (result.status, result.reason) == ("unsupported", "resnet50 needs a GPU here")
+    assert job.data_dir.is_dir()  # created for the mount when missing
+    assert containers_of(client, backend) == []
+
+
+def test_a_crash_keeps_the_stderr_tail(tmp_path, client, backend):
+    result = backend.run_cell(make_job(tmp_path, "cnn", precision="fp16"))
+    assert (result.status, result.reason) == ("failed", "exit code 7; no result written")
+    assert "boom: fp16 kernels crashed" in result.stderr_tail
+    assert containers_of(client, backend) == []
+
+
+def test_as_a_non_root_user_of_the_engine(tmp_path, client, backend, monkeypatch):
+    """Without root the scratch folder is opened to all (uid 10001 must write it), and the result,
+    written mode 0600 by uid 10001, is unreadable to us: the engine hands over a copy."""
+    from orchestrator.backends import docker as docker_backend
+
+    monkeypatch.setattr(docker_backend.os, "geteuid", lambda: 1000)
+    readable = os.access
+    monkeypatch.setattr(docker_backend.os, "access",
+                        lambda path, mode: False if Path(path).name == "result.json" else readable(path, mode))
+    result = backend.run_cell(make_job(tmp_path, "cnn"))
+    assert result.status == "ok", (result.reason, result.stderr_tail)
+    assert result.provenance.extras["uid"] == "10001"
+
+
+def test_cuda_cells_request_the_chosen_gpus(tmp_path, client, test_image):
+    chosen = DockerBackend({}, client=client, image_for=lambda cell: test_image.id, gpus="0, 1")
+    job = make_job(tmp_path, "cnn", device="cuda")
+    options = chosen._container_options(job, tmp_path)
+    [request] = options["device_requests"]
+    assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
+    every = DockerBackend({}, client=client, image_for=lambda cell: test_image.id)
+    [request] = every._container_options(job, tmp_path)["device_requests"]
+    assert request["Count"] == -1
+    assert "device_requests" not in every._container_options(make_job(tmp_path, "cnn"), tmp_path)
+    with pytest.raises(UserError, match="--gpus '0,,1'"):
+        DockerBackend({}, client=client, image_for=str, gpus="0,,1")
+
+
+def test_ctrl_c_removes_the_running_container_and_propagates(tmp_path, client, backend):
+    def interrupt_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if client.containers.list(filters={"label": f"{SESSION_LABEL}={backend.session}", "status": "running"}):
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C does: KeyboardInterrupt in the main thread
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    job = make_job(tmp_path, "gru")
+    with pytest.raises(KeyboardInterrupt):
+        backend.run_cell(job)
+    assert containers_of(client, backend) == []
+    assert not job.work_dir.exists()
+
+
+def test_docker_errors_become_failed_cells_not_crashes(tmp_path, client, backend):
+    missing = DockerBackend({}, client=client, image_for=lambda cell: "rosetta-bench-test/missing:none")
+    result = missing.run_cell(make_job(tmp_path, "cnn"))
+    assert result.status == "failed"
+    assert result.reason.startswith("image rosetta-bench-test/missing:none is not on the Docker engine; build it")
+    # A CUDA cell on an engine without GPU support: the engine refuses the device request.
+    if backend.unsupported_reason(None, Variant("cuda", "cuda", Path("requirements-cuda.txt"))) is None:
+        pytest.skip("this host can run CUDA containers")
+    result = backend.run_cell(make_job(tmp_path, "cnn", device="cuda"))
+    assert result.status == "failed" and result.reason.startswith("Docker: ") and "\n" not in result.reason
+    assert containers_of(client, backend) == []
+
+
+def test_cuda_cells_are_unsupported_without_a_gpu_runtime(backend):
+    cuda = Variant("cuda", "cuda", Path("requirements-cuda.txt"))
+    reason = backend.unsupported_reason(None, cuda)
+    if reason is None:
+        pytest.skip("this host has a GPU and the NVIDIA container runtime")
+    assert reason.startswith("no GPU runtime on this host (")
+    assert backend.unsupported_reason(None, Variant("cpu", "cpu", Path("requirements-cpu.txt"))) is None
+
+
+def test_leftover_containers_are_found_by_label_and_removed(client, backend, test_image):
+    client.containers.create(test_image.id, ["cnn"], labels={CELL_LABEL: "leftover", SESSION_LABEL: backend.session})
+    assert len(containers_of(client, backend)) == 1
+    assert remove_leftover_containers(client, session=backend.session) == 1
+    assert containers_of(client, backend) == []
+
+
+def test_connect_names_the_fix_when_no_engine_answers(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    with pytest.raises(UserError) as raised:
+        connect(timeout=2)
+    message = str(raised.value)
+    assert message.startswith("no Docker engine answered at unix:///nonexistent.sock (")
+    assert "`sudo systemctl start docker` or `dockerd &`) or use --backend local" in message
+    assert "\n" not in message

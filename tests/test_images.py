@@ -1,0 +1,163 @@
+"""Framework images: names, deterministic build contexts, and real build / push / pull / run."""
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import frameworks, images
+from orchestrator.__main__ import main
+from orchestrator.errors import UserError
+from workloads.common.result import Result
+
+from conftest import BASE_IMAGE
+
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY = frameworks.discover()
+PYTORCH = REGISTRY["pytorch"]
+
+
+def options(**overrides):
+    return images.BuildOptions(**overrides)
+
+
+# --- names and contexts (no engine needed) ------------------------------------------------------
+
+def test_tags_name_framework_variant_and_version():
+    assert images.image_tag(PYTORCH, PYTORCH.variants["cpu"]) == "rosetta-pytorch:cpu-2.13.0"
+    assert images.image_tag(PYTORCH, PYTORCH.variants["cu118"], "127.0.0.1:5000") == \
+        "127.0.0.1:5000/rosetta-pytorch:cu118-2.7.1"  # the local label +cu118 cannot be in a tag
+
+
+def test_every_variant_pins_its_framework_and_has_a_base():
+    for framework in REGISTRY.values():
+        for variant in framework.variants.values():
+            assert images.pinned_version(framework, variant)
+            assert images.base_image(variant, options())
+            assert variant.device == "cpu" or variant.name != "cpu"
+
+
+def test_context_is_deterministic_and_holds_only_what_the_image_needs(tmp_path):
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    (wheelhouse / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"torch")
+    (wheelhouse / "pandas-2.0.0-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"not needed")
+    (wheelhouse / "torch-2.1.0-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wrong version")
+    chosen = options(wheelhouse=wheelhouse)
+    files = images.context_files(PYTORCH, PYTORCH.variants["cpu"], chosen)
+    first = images.build_context(files)
+    assert first == images.build_context(images.context_files(PYTORCH, PYTORCH.variants["cpu"], chosen))
+    with tarfile.open(fileobj=io.BytesIO(first)) as archive:
+        members = archive.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" for m in members)
+    assert "build/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl" in names
+    assert not any("pandas" in n or "torch-2.1.0" in n for n in names)
+    assert {"Dockerfile", "build/requirements.txt", "build/ca-bundle.crt", "workloads/__main__.py",
+            "workloads/common/harness.py", "workloads/runtime/pytorch.py", "workloads/cnn/pytorch.py"} <= set(names)
+    assert not any(n.startswith(("tests/", "orchestrator/", "results/")) or n.endswith(".md") for n in names)
+
+
+def test_build_options_default_to_pips_own_variables(tmp_path, monkeypatch):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("PIP_CERT", str(bundle))
+    monkeypatch.setenv("PIP_FIND_LINKS", f"/does/not/exist {tmp_path}")
+    chosen = images.BuildOptions.from_environment()
+    assert chosen.ca_bundle == bundle and chosen.wheelhouse == tmp_path
+    with pytest.raises(UserError, match="--ca-bundle .*no such file"):
+        images.BuildOptions.from_environment(ca_bundle=tmp_path / "missing.pem")
+    with pytest.raises(UserError, match="--wheelhouse .*no such folder"):
+        images.BuildOptions.from_environment(wheelhouse=tmp_path / "missing")
+
+
+def test_dry_run_prints_dockerfile_and_context(capsys):
+    assert main(["build", "pytorch", "--variant", "cu126", "--dry-run", "--base-image", "my-base:1"]) == 0
+    out = capsys.readouterr().out
+    assert "# image: rosetta-pytorch:cu126-2.7.1" in out and "BASE_IMAGE=my-base:1" in out
+    assert "ENTRYPOINT [\"python\", \"-m\", \"workloads\"]" in out and "build/requirements.txt" in out
+    assert "USER 10001:10001" in out
+
+
+def test_compose_file_names_the_default_images():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for name, framework in REGISTRY.items():
+        service = compose["services"][name]
+        assert service["image"].endswith(images.image_tag(framework, framework.variants[framework.default_variant]))
+        assert service["network_mode"] == "none" and service["cap_drop"] == ["ALL"] and service["read_only"]
+
+
+# --- the real engine and registry -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pytorch_image(docker_client):
+    """The PyTorch CPU image, built through the CLI on the local base (cached layers make reruns quick)."""
+    assert main(["build", "pytorch", "--variant", "cpu", "--base-image", BASE_IMAGE]) == 0
+    return docker_client.images.get(images.image_tag(PYTORCH, PYTORCH.variants["cpu"]))
+
+
+def test_image_is_labelled_non_root_and_without_compilers(docker_client, pytorch_image):
+    labels = pytorch_image.labels
+    assert labels["io.rosetta-bench.framework"] == "pytorch" and labels["io.rosetta-bench.framework-version"] == "2.13.0"
+    assert labels["io.rosetta-bench.requirements-sha256"] == images.requirements_hash(PYTORCH.variants["cpu"])
+    assert labels["org.opencontainers.image.revision"] not in ("", None)
+    assert pytorch_image.attrs["Config"]["User"] == "10001:10001"
+    listing = docker_client.containers.run(pytorch_image.id, entrypoint=["sh", "-c"], remove=True, network_mode="none",
+                                           command=["id -u; ls /build 2>&1; command -v gcc cc || echo no-compiler; "
+                                                    "python -c 'import torch; print(torch.__version__)'"])
+    lines = listing.decode().split()
+    assert lines[0] == "10001" and "no-compiler" in lines and "2.13.0+cpu" in lines[-1]
+    assert "No" in listing.decode() or "cannot access" in listing.decode()  # the build stage's files are gone
+
+
+def test_missing_base_image_names_the_fix(docker_client, capsys):
+    assert main(["build", "pytorch", "--base-image", "rosetta-no-such-base:0"]) == 2
+    line = capsys.readouterr().err
+    assert "base image rosetta-no-such-base:0 is not here and cannot be pulled" in line
+    assert "--base-image" in line and "make-local-base.sh" in line
+
+
+def test_push_then_pull_by_digest(docker_client, pytorch_image, registry, capsys):
+    assert main(["push", "pytorch", "--registry", registry]) == 0
+    out = capsys.readouterr().err
+    digest = out.split(" as ")[-1].split()[0]
+    assert digest.startswith("sha256:")
+    repository = f"{registry}/rosetta-pytorch"
+    docker_client.images.remove(f"{repository}:cpu-2.13.0")
+    pulled = images.pull_image(docker_client, f"{repository}@{digest}", log=lambda line: None)
+    assert pulled.id == pytorch_image.id
+    assert f"{repository}@{digest}" in docker_client.images.get(pulled.id).attrs["RepoDigests"]
+    assert main(["pull", "pytorch", "--variant", "cu126", "--registry", registry]) == 2
+    assert "is not in the registry; build and push it first" in capsys.readouterr().err
+
+
+def test_registry_unreachable(docker_client, pytorch_image, capsys):
+    assert main(["push", "pytorch", "--registry", "127.0.0.1:9"]) == 2
+    assert "is the registry 127.0.0.1:9 running and reachable" in capsys.readouterr().err
+
+
+def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_path):
+    """run-matrix --backend docker, pulling from the registry: ok cells with image digests, run as a
+    non-root user without network, and no container left behind."""
+    assert main(["push", "pytorch", "--registry", registry]) == 0
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "pytorch",
+               "--profile", "smoke", "--data", "synthetic", "--registry", registry, "--pull",
+               "--results-dir", str(tmp_path / "run"), "--timeout", "600"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert completed.returncode == 0, completed.stderr
+    results = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
+    ok = [r for r in results if r.status == "ok"]
+    assert sorted(r.cell.workload for r in ok) == ["cnn", "gru", "resnet50"]
+    for result in ok:
+        provenance = result.provenance
+        assert provenance.backend == "docker" and provenance.image_id == pytorch_image.id
+        assert provenance.image_digest and provenance.image_digest.startswith(f"{registry}/rosetta-pytorch@sha256:")
+        assert provenance.user_id == 10001 and provenance.network_interfaces == ["lo"]
+    assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
+    assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
+    assert (tmp_path / "run" / "report.html").is_file()
