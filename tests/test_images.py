@@ -161,3 +161,19 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_
     assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
     assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+def test_compose_config_validates():
+    """`docker compose config` (or docker-compose v1) accepts the file as written."""
+    import shutil
+
+    from conftest import _skip_or_fail
+
+    if shutil.which("docker-compose"):
+        command = ["docker-compose", "config", "-q"]
+    elif shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        command = ["docker", "compose", "config", "-q"]
+    else:
+        _skip_or_fail("neither docker-compose nor the docker compose plugin is installed")
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
