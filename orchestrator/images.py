@@ -260,7 +260,11 @@ def push_image(client, source: str, target: str, *, log: Log = print) -> str:
                 raise UserError(f"pushing {target} failed: {chunk['error'].strip()}; "
                                 f"{_registry_hint(target)}")
             digest = (chunk.get("aux") or {}).get("Digest", digest)
-    except docker.errors.APIError as error:
+    except (UserError, docker.errors.APIError) as error:
+        if target != source:
+            client.images.remove(target, noprune=True)  # leave no tag behind for a push that failed
+        if isinstance(error, UserError):
+            raise
         raise UserError(f"pushing {target} failed: {_explain(error)}; {_registry_hint(target)}") from error
     if not digest:
         raise UserError(f"pushing {target} gave no digest; {_registry_hint(target)}")

@@ -59,7 +59,7 @@ def test_three_ok_cells_with_sane_metrics(smoke_run):
 
 def test_cuda_variant_is_recorded_not_crashed(smoke_run):
     results, _ = smoke_run
-    cuda = [Result.read(p) for p in (results / "cells").glob("pytorch__cuda__*.json")]
+    cuda = [Result.read(p) for p in (results / "cells").glob("pytorch__cu130__*.json")]
     assert len(cuda) == 3
     assert all(r.status in ("ok", "unsupported") for r in cuda)
 

@@ -88,7 +88,7 @@ def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_p
 def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.setattr("orchestrator.host.gpus", lambda: [])  # read by the backend
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
-    cell = Cell("pytorch", "cnn", variant="cuda", profile="smoke", data="synthetic")
+    cell = Cell("pytorch", "cnn", variant="cu130", profile="smoke", data="synthetic")
     summary = run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
     result = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json")
     assert result.status == "unsupported" and "no GPU runtime on this host" in result.reason

@@ -37,7 +37,7 @@ def test_default_matrix_file_is_valid():
     ("[defaults]\nprofle = 'smoke'\n[frameworks.pytorch]\n", "unknown key 'profle'; valid keys: profile"),
     ("colour = 1\n[frameworks.pytorch]\n", "unknown key 'colour'; valid keys: defaults, frameworks"),
     ("[frameworks.tourch]\n", "unknown framework 'tourch'; choose from pytorch"),
-    ("[frameworks.pytorch]\nvariants = ['cu99']\n", "unknown variant 'cu99'; choose from cpu, cuda, cu118"),
+    ("[frameworks.pytorch]\nvariants = ['cu99']\n", "unknown variant 'cu99'; choose from cpu, cu130, cu118"),
     ("[defaults]\nworkloads = ['cnn', 'lstm']\n[frameworks.pytorch]\n", "unknown workload 'lstm'; choose from cnn, resnet50, gru"),
     ("[defaults]\nprecisions = ['fp8']\n[frameworks.pytorch]\n", "unknown precision 'fp8'; choose from fp32, tf32, fp16, bf16"),
     ("[defaults]\nprofile = 'huge'\n[frameworks.pytorch]\n", "unknown profile 'huge'; choose from smoke, full"),
@@ -72,7 +72,7 @@ def test_narrowing_from_the_command_line():
 def test_framework_registration_is_the_folder():
     pytorch = REGISTRY["pytorch"]
     assert pytorch.workloads == ("cnn", "resnet50", "gru")
-    assert {"cpu", "cuda", "cu118", "cu126", "cu128"} <= set(pytorch.variants)
+    assert {"cpu", "cu118", "cu126", "cu128", "cu130"} <= set(pytorch.variants)
     for variant in pytorch.variants.values():
         assert variant.requirements.is_file()
         pins = [line for line in variant.requirements.read_text().splitlines()

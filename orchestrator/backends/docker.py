@@ -87,13 +87,15 @@ class DockerBackend:
     def _gpu_support_problem(self) -> str | None:
         if not host.gpus():
             return "no GPU runtime on this host (nvidia-smi lists no GPU)"
+        # Docker hands device requests to the NVIDIA Container Toolkit's hook; older set-ups register
+        # an 'nvidia' runtime instead. Either one means GPUs can reach a container.
+        if shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-container-cli"):
+            return None
         info = self._info()
-        if info is None:
-            return "no GPU runtime on this host (the Docker engine did not say which runtimes it has)"
-        if "nvidia" not in (info.get("Runtimes") or {}):
-            return ("no GPU runtime on this host (the Docker engine has no 'nvidia' runtime; install the NVIDIA "
-                    "Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`)")
-        return None
+        if info is not None and "nvidia" in (info.get("Runtimes") or {}):
+            return None
+        return ("no GPU runtime on this host (the NVIDIA Container Toolkit is not installed; install it and run "
+                "`sudo nvidia-ctk runtime configure --runtime=docker`)")
 
     def _info(self) -> dict | None:
         if self._engine_info is None:
