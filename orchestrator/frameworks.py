@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from workloads.common.hyperparams import WORKLOADS
+from workloads.common.naming import module_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = PROJECT_ROOT / "images"
@@ -48,12 +49,8 @@ class Framework:
         return self.variants[name]
 
 
-def _module_name(framework: str) -> str:
-    return framework.replace("-", "_")
-
-
 def implemented_workloads(framework: str, workloads_dir: Path = WORKLOADS_DIR) -> tuple[str, ...]:
-    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{_module_name(framework)}.py").is_file())
+    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{module_name(framework)}.py").is_file())
 
 
 def load_framework(folder: Path) -> Framework:

@@ -19,6 +19,7 @@ from typing import Callable
 from orchestrator import __version__, host
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
+from workloads.common.naming import module_name
 
 LABEL = "io.rosetta-bench"
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
@@ -96,7 +97,7 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     }
     for wheel in _matching_wheels(variant, options.wheelhouse):
         files[f"build/wheels/{wheel.name}"] = wheel
-    module = framework.name.replace("-", "_")
+    module = module_name(framework.name)
     for path in sorted(WORKLOADS_DIR.rglob("*.py")):
         relative = path.relative_to(WORKLOADS_DIR)
         parts = relative.parts

@@ -16,7 +16,9 @@ import time
 import traceback
 from pathlib import Path
 
-from workloads.common import hyperparams
+import numpy as np
+
+from workloads.common import canonical, hyperparams, naming
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
 
@@ -26,7 +28,7 @@ EXIT_FAILED = 1
 def available_frameworks(workload: str) -> list[str]:
     """A file is the registration: workloads/<workload>/<framework>.py."""
     folder = Path(__file__).parent / workload
-    return sorted(p.stem.replace("_", "-") for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    return sorted(name for p in folder.glob("*.py") if not p.stem.startswith("_") for name in naming.frameworks_of(p.stem))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, default="real")
     parser.add_argument("--data-dir", default=None, help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--repeat", type=int, default=0, help="repeat index, recorded in the result")
+    parser.add_argument("--parity", metavar="DIR", help="parity check instead of the benchmark: load the canonical "
+                        "weights and batch in DIR (weights.npz, batch.npz) and record the model's outputs")
     parser.add_argument("--out", help="where to write the JSON result (default: $ROSETTA_RESULTS_DIR/<cell>.json)")
     args = parser.parse_args(argv)
     if not args.framework:
@@ -61,10 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(cell, device=args.device, data_dir=args.data_dir)
     code = EXIT_OK
     try:
+        os.environ.update(naming.environment(args.framework))  # e.g. KERAS_BACKEND, before the import
         start = time.perf_counter()
-        module = importlib.import_module(f"workloads.{args.workload}.{args.framework.replace('-', '_')}")
+        module = importlib.import_module(f"workloads.{args.workload}.{naming.module_name(args.framework)}")
         run.result.phases["framework_import"] = time.perf_counter() - start
-        module.run(run)
+        run.result.provenance.extras["matched"] = " | ".join(getattr(module, "MATCHED", ()))
+        if args.parity:
+            if args.precision != "fp32":
+                raise Unsupported("the parity check runs in fp32 only")
+            weights, batch = canonical.load(args.parity)
+            outputs = module.parity(run, weights, batch)
+            run.result.outputs = {name: np.asarray(value, dtype=np.float64).tolist() for name, value in outputs.items()}
+        else:
+            module.run(run)
     except Unsupported as reason:
         run.result.status, run.result.reason, code = "unsupported", str(reason), EXIT_UNSUPPORTED
     except Exception as error:  # noqa: BLE001 - recorded in the result, and the traceback kept on stderr

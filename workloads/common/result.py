@@ -117,6 +117,7 @@ class Result:
     samples: Samples = field(default_factory=Samples)
     settings: dict[str, typing.Any] = field(default_factory=dict)  # the hyperparameters used
     provenance: Provenance = field(default_factory=Provenance)
+    outputs: dict[str, typing.Any] = field(default_factory=dict)  # parity runs: the model's outputs
     wall_time_s: float | None = None  # the whole cell as the host saw it
     stderr_tail: str | None = None
     schema_version: int = SCHEMA_VERSION
