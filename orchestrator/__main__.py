@@ -116,6 +116,54 @@ def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", framew
     return EXIT_CELLS_FAILED if failed else 0
 
 
+# --- parity -------------------------------------------------------------------------------------
+
+def parity_check(*, frameworks: list[str] | None = None, workloads: list[str] | None = None, backend: str = "auto",
+                 results_dir: Path | None = None, python: str | None = None, data_dir: Path | None = None,
+                 cache_dir: Path | None = None, timeout: float | None = None, gpus: str | None = None,
+                 registry: str | None = None, pull: bool = False, base_image: str | None = None,
+                 ca_bundle: Path | None = None, wheelhouse: Path | None = None) -> int:
+    """Run every framework on the canonical weights and compare its outputs with PyTorch's."""
+    import json
+
+    from orchestrator import parity, runner
+    from workloads.common.hyperparams import WORKLOADS
+    from workloads.common.result import Cell
+
+    known = framework_registry.discover()
+    names = frameworks or list(known)
+    matrix_module.check_names(names, list(known), "frameworks", "command line")
+    workloads = matrix_module.check_names(workloads or list(WORKLOADS), WORKLOADS, "workloads", "command line")
+    names = [parity.REFERENCE] + [name for name in names if name != parity.REFERENCE]  # the reference always runs
+    cells = [Cell(name, workload, variant=known[name].default_variant, precision="fp32", profile="full",
+                  data="synthetic") for workload in workloads for name in names if workload in known[name].workloads]
+    build_options = images.BuildOptions.from_environment(registry=registry, base_image=base_image,
+                                                         ca_bundle=ca_bundle, wheelhouse=wheelhouse)
+    engine = make_backend(choose_backend(backend), known, python=python, cache_dir=cache_dir, gpus=gpus,
+                          build_options=build_options, pull=pull)
+    data_dir = Path(data_dir) if data_dir else data.default_data_dir()
+    parity.write_canonical(data_dir, workloads)
+    results_dir = results_dir or runner.new_results_dir(prefix="parity-")
+    console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
+    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir, timeout=timeout,
+                               console=console, metadata={"mode": "parity"}, parity=True)
+    comparisons = parity.compare(summary.results)
+    report = parity.markdown(comparisons)
+    (results_dir / "parity.md").write_text(report + "\n")
+    (results_dir / "parity.json").write_text(json.dumps([vars(c) for c in comparisons], indent=2) + "\n")
+    table = Table(title=f"Parity against {parity.REFERENCE} (max |a - b| / max |ref| <= {parity.canonical.PARITY_TOLERANCE:.0e})")
+    for column in ("workload", "framework", "parameters", "output", "max abs", "max rel", "result"):
+        table.add_column(column)
+    for item in comparisons:
+        for name, difference in (item.differences.items() or [("-", None)]):
+            table.add_row(item.workload, item.framework, f"{item.parameter_count:,}" if item.parameter_count else "-",
+                          name, f"{difference[0]:.1e}" if difference else "-", f"{difference[1]:.1e}" if difference else "-",
+                          escape(item.status + (f": {item.note}" if item.note else "")))
+    Console(width=200).print(table)
+    console.print(f"parity table: {results_dir / 'parity.md'}")
+    return 0 if all(item.passed for item in comparisons) else EXIT_CELLS_FAILED
+
+
 # --- images: build, push, pull ----------------------------------------------------------------
 
 def _selected_variants(names: list[str] | None, variants: list[str] | None) -> list:
@@ -262,6 +310,19 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--variant", action="append", dest="variants", help="repeatable; `all` for every variant")
         command.add_argument("--registry", required=True, help="e.g. 127.0.0.1:5000 or ghcr.io/you")
 
+    check = commands.add_parser("parity", help="prove every framework runs the same model: canonical weights, outputs compared")
+    check.add_argument("--frameworks", help="comma-separated (default: all; pytorch, the reference, always runs)")
+    check.add_argument("--workloads", help="comma-separated: cnn,resnet50,gru")
+    check.add_argument("--backend", choices=BACKENDS, default="auto")
+    check.add_argument("--results-dir", type=Path, help="default: results/parity-<run-id>/")
+    check.add_argument("--python", help="run cells with this interpreter instead of built environments")
+    check.add_argument("--data-dir", type=Path, help="where the canonical files are written (default: the data cache)")
+    check.add_argument("--cache-dir", type=Path)
+    check.add_argument("--timeout", type=float)
+    check.add_argument("--gpus")
+    check.add_argument("--pull", action="store_true")
+    _add_build_options(check)
+
     report = commands.add_parser("report", help="re-render the report of a results directory")
     report.add_argument("results_dir", type=Path)
 
@@ -294,6 +355,12 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "pull":
         pull_images(frameworks=args.frameworks, variants=args.variants, registry=args.registry)
         return 0
+    if args.command == "parity":
+        return parity_check(frameworks=_split(args.frameworks), workloads=_split(args.workloads), backend=args.backend,
+                            results_dir=args.results_dir, python=args.python, data_dir=args.data_dir,
+                            cache_dir=args.cache_dir, timeout=args.timeout, gpus=args.gpus, registry=args.registry,
+                            pull=args.pull, base_image=args.base_image, ca_bundle=args.ca_bundle,
+                            wheelhouse=args.wheelhouse)
     if args.command == "report":
         render(args.results_dir)
         return 0

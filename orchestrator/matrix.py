@@ -65,7 +65,7 @@ def _check_keys(table: dict, valid: tuple[str, ...], where: str) -> None:
             raise UserError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
 
 
-def _check_names(names, valid, what: str, where: str) -> list[str]:
+def check_names(names, valid, what: str, where: str) -> list[str]:
     if isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not names:
@@ -98,8 +98,8 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     matrix.repeat = defaults.get("repeat", matrix.repeat)
     if not isinstance(matrix.repeat, int) or isinstance(matrix.repeat, bool) or matrix.repeat < 1:
         raise UserError(f"{where}: repeat must be a whole number >= 1, not {matrix.repeat!r}")
-    matrix.workloads = _check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
-    matrix.precisions = _check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
+    matrix.workloads = check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
+    matrix.precisions = check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
     tables = document.get("frameworks", {})
     if not tables:
         raise UserError(f"{source}: no [frameworks.<name>] table; choose from {', '.join(frameworks)}")
@@ -110,12 +110,12 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
             raise UserError(f"{where}: must be a table, e.g. variants = [\"cpu\"]")
         _check_keys(table, _FRAMEWORK_KEYS, where)
         framework = frameworks[name]
-        entry = FrameworkEntry(name=name, variants=_check_names(
+        entry = FrameworkEntry(name=name, variants=check_names(
             table.get("variants", [framework.default_variant]), list(framework.variants), "variants", where))
         if "workloads" in table:
-            entry.workloads = _check_names(table["workloads"], WORKLOADS, "workloads", where)
+            entry.workloads = check_names(table["workloads"], WORKLOADS, "workloads", where)
         if "precisions" in table:
-            entry.precisions = _check_names(table["precisions"], PRECISIONS, "precisions", where)
+            entry.precisions = check_names(table["precisions"], PRECISIONS, "precisions", where)
         matrix.frameworks.append(entry)
     return matrix
 
@@ -135,19 +135,19 @@ def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str]
     matrix file runs its default variant."""
     where = "command line"
     if names:
-        _check_names(names, list(frameworks), "frameworks", where)
+        check_names(names, list(frameworks), "frameworks", where)
         by_name = {entry.name: entry for entry in matrix.frameworks}
         matrix.frameworks = [by_name.get(name) or FrameworkEntry(name, [frameworks[name].default_variant])
                              for name in names]
     if variants:
         valid = sorted({v for entry in matrix.frameworks for v in frameworks[entry.name].variants})
-        _check_names(variants, valid, "variants", where)
+        check_names(variants, valid, "variants", where)
         for entry in matrix.frameworks:
             entry.variants = [v for v in variants if v in frameworks[entry.name].variants]
     if workloads:
-        matrix.workloads = _check_names(workloads, WORKLOADS, "workloads", where)
+        matrix.workloads = check_names(workloads, WORKLOADS, "workloads", where)
     if precisions:
-        matrix.precisions = _check_names(precisions, PRECISIONS, "precisions", where)
+        matrix.precisions = check_names(precisions, PRECISIONS, "precisions", where)
     if profile:
         matrix.profile = _check_choice(profile, PROFILES, "profile", where)
     if data:

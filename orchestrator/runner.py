@@ -45,8 +45,8 @@ class RunSummary:
         return sum(result.status == status for result in self.results)
 
 
-def new_results_dir(root: Path = RESULTS_ROOT) -> Path:
-    return root / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+def new_results_dir(root: Path = RESULTS_ROOT, prefix: str = "") -> Path:
+    return root / (prefix + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
 def latest_results_dir(root: Path = RESULTS_ROOT) -> Path:
@@ -58,7 +58,7 @@ def latest_results_dir(root: Path = RESULTS_ROOT) -> Path:
 
 def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
               data_dir: Path, resume: bool = False, timeout: float | None = None,
-              console: Console | None = None, metadata: dict | None = None) -> RunSummary:
+              console: Console | None = None, metadata: dict | None = None, parity: bool = False) -> RunSummary:
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
     results_dir.mkdir(parents=True, exist_ok=True)
     summary = RunSummary(results_dir)
@@ -74,7 +74,7 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
     if summary.skipped:
         console.print(f"resuming {results_dir}: {summary.skipped} cell(s) already ok, {len(pending)} to run")
 
-    data_errors = _prefetch(pending, data_dir, console)
+    data_errors = {} if parity else _prefetch(pending, data_dir, console)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("matrix", total=len(pending))
@@ -93,7 +93,8 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                                   work_dir=(results_dir / ".work" / cell.key).resolve(),
                                   log_path=(results_dir / "logs" / f"{cell.key}.log").resolve(),
                                   data_dir=Path(data_dir).resolve(),
-                                  timeout=timeout, git_revision=revision)
+                                  timeout=timeout, git_revision=revision,
+                                  parity=f"parity/{cell.workload}" if parity else None)
                     result = backend.run_cell(job)
                 result.wall_time_s = time.perf_counter() - start
                 result.provenance.backend = result.provenance.backend or backend.name
@@ -143,6 +144,8 @@ def _describe(result: Result) -> str:
     if result.status != "ok":
         colour = "yellow" if result.status == "unsupported" else "red"
         return f"[{colour}]{result.status:>11}[/{colour}]  {escape(name)}: {escape(str(result.reason))}"
+    if result.outputs:
+        return f"[green]{'ok':>11}[/green]  {escape(name)}: outputs {', '.join(result.outputs)} recorded"
     metric, unit = _HEADLINE[cell.workload]
     value, accuracy = getattr(result.metrics, metric), result.metrics.test_accuracy
     figures = [f"{value:.3f} {unit}" if value is not None else f"no {metric}"]

@@ -27,6 +27,7 @@ class CellJob:
     data_dir: Path
     timeout: float | None = None
     git_revision: str | None = None
+    parity: str | None = None  # parity check: the canonical files' folder, relative to data_dir
 
 
 class Backend(Protocol):
@@ -38,11 +39,15 @@ class Backend(Protocol):
     def run_cell(self, job: CellJob) -> Result: ...
 
 
-def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str) -> list[str]:
-    """The arguments after `python -m workloads` (the same for every backend)."""
-    return [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
-            "--profile", cell.profile, "--precision", cell.precision, "--device", device,
-            "--data", cell.data, "--data-dir", data_dir, "--repeat", str(cell.repeat), "--out", out]
+def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None) -> list[str]:
+    """The arguments after `python -m workloads` (the same for every backend). `data_dir` is the
+    dataset folder as the workload sees it; `parity`, a folder relative to it."""
+    arguments = [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
+                 "--profile", cell.profile, "--precision", cell.precision, "--device", device,
+                 "--data", cell.data, "--data-dir", data_dir, "--repeat", str(cell.repeat), "--out", out]
+    if parity:
+        arguments += ["--parity", f"{data_dir.rstrip('/')}/{parity}"]
+    return arguments
 
 
 def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:

@@ -127,7 +127,7 @@ class DockerBackend:
 
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
-        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE)
+        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity)
         container = None
         try:
             try:

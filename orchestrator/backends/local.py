@@ -129,7 +129,8 @@ class LocalBackend:
         (source / "workloads").symlink_to(WORKLOADS_DIR)  # only the workloads package is importable
         out = work / "result.json"
         command = [python, "-m", "workloads",
-                   *workload_arguments(cell, device=job.device, data_dir=str(job.data_dir), out=str(out))]
+                   *workload_arguments(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
+                                      parity=job.parity)]
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         timed_out_after = None
         with open(job.log_path, "wb") as log:

@@ -6,8 +6,16 @@ settings from workloads/common/hyperparams.py. Softmax is folded into the cross-
 import torch
 from torch import nn
 
+from workloads.common import canonical
 from workloads.common.harness import Run
 from workloads.runtime import pytorch as env
+
+MATCHED = (
+    "dense kernels stored (out, in): canonical (in, out) transposed",
+    "Glorot-uniform kernels and zero biases set explicitly (PyTorch's default init differs)",
+    "SGD momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain)",
+    "padding=1 for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order",
+)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -36,6 +44,39 @@ class VGGStyleCNN(nn.Module):
         return self.layers(images)
 
 
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+    """Convolution kernels are already OIHW; dense kernels are stored (out, in)."""
+    convolutions = [layer for layer in model.layers if isinstance(layer, nn.Conv2d)]
+    denses = [layer for layer in model.layers if isinstance(layer, nn.Linear)]
+    with torch.no_grad():
+        for layer, name in zip(convolutions, ("conv1", "conv2", "conv3", "conv4")):
+            layer.weight.copy_(torch.from_numpy(params[f"{name}.kernel"]))
+            layer.bias.copy_(torch.from_numpy(params[f"{name}.bias"]))
+        for layer, name in zip(denses, ("dense1", "dense2")):
+            layer.weight.copy_(torch.from_numpy(canonical.dense_to_out_in(params[f"{name}.kernel"])))
+            layer.bias.copy_(torch.from_numpy(params[f"{name}.bias"]))
+
+
+def make_train_step(model, optimizer, loss_function, scaler, device, precision):
+    def train_step(images, labels):
+        optimizer.zero_grad(set_to_none=True)
+        with env.autocast(device, precision):
+            loss = loss_function(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()  # stays on the device: no host sync per step
+    return train_step
+
+
+def make_optimizer(model, s, device):
+    # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
+    return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
+                           fused=env.fused_optimizer(device))
+
+
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
@@ -48,21 +89,10 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = VGGStyleCNN(s).to(device)
-        # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
-        optimizer = torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
-                                    fused=env.fused_optimizer(device))
-        loss_function = nn.CrossEntropyLoss()
-        scaler = env.grad_scaler(device, precision)
+        optimizer = make_optimizer(model, s, device)
+        train_step = make_train_step(model, optimizer, nn.CrossEntropyLoss(), env.grad_scaler(device, precision),
+                                     device, precision)
     run.set_parameter_count(env.parameter_count(model))
-
-    def train_step(images, labels):
-        optimizer.zero_grad(set_to_none=True)
-        with env.autocast(device, precision):
-            loss = loss_function(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()  # stays on the device: no host sync per step
 
     # --- train
     model.train()
@@ -82,3 +112,24 @@ def run(run: Run) -> None:
                 total += len(labels)
     run.record_accuracy(correct.item(), total)
     env.record_peak_memory(run, device)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    device = env.select_device(run)
+    model = VGGStyleCNN(s).to(device)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    images, labels = env.to_device(batch["x"], device), env.to_device(batch["y"], device)
+    model.eval()  # dropout off, for the steps too: dropout is random and frameworks' generators differ
+    with torch.no_grad():
+        logits = model(images).cpu().numpy()
+    train_step = make_train_step(model, make_optimizer(model, s, device), nn.CrossEntropyLoss(),
+                                 env.grad_scaler(device, "fp32"), device, "fp32")
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(images, labels)
+    with torch.no_grad():
+        after = model(images).cpu().numpy()
+    return {"logits": logits, "logits_after_training": after}

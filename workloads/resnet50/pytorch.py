@@ -7,8 +7,15 @@ Random weights and random inputs (seed 0): weights do not change the timing.
 import torch
 from torch import nn
 
+from workloads.common import canonical
 from workloads.common.harness import Run
 from workloads.runtime import pytorch as env
+
+MATCHED = (
+    "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
+    "batch-norm epsilon 1e-5 (PyTorch's default); eval mode uses the moving statistics",
+    "convolution kernels OIHW and NCHW input: canonical as is",
+)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -57,6 +64,35 @@ class ResNet50Features(nn.Module):
         return self.layers(images)
 
 
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: ResNet50Features, params: dict) -> None:
+    """Kernels are already OIHW; batch norm: gamma -> weight, beta -> bias, moving statistics -> running."""
+    def load_conv(conv: nn.Conv2d, name: str) -> None:
+        conv.weight.copy_(torch.from_numpy(params[f"{name}.kernel"]))
+
+    def load_batch_norm(norm: nn.BatchNorm2d, name: str) -> None:
+        assert norm.eps == canonical.BN_EPSILON
+        norm.weight.copy_(torch.from_numpy(params[f"{name}.gamma"]))
+        norm.bias.copy_(torch.from_numpy(params[f"{name}.beta"]))
+        norm.running_mean.copy_(torch.from_numpy(params[f"{name}.moving_mean"]))
+        norm.running_var.copy_(torch.from_numpy(params[f"{name}.moving_variance"]))
+
+    with torch.no_grad():
+        load_conv(model.layers[0], "stem.conv")
+        load_batch_norm(model.layers[1], "stem.bn")
+        blocks = iter(layer for layer in model.layers if isinstance(layer, Bottleneck))
+        for stage, (_, count, _) in enumerate(model.stages, start=1):
+            for index in range(count):
+                block, prefix = next(blocks), f"stage{stage}.block{index}"
+                for number in (1, 2, 3):
+                    load_conv(getattr(block, f"conv{number}"), f"{prefix}.conv{number}")
+                    load_batch_norm(getattr(block, f"bn{number}"), f"{prefix}.bn{number}")
+                if isinstance(block.shortcut, nn.Sequential):
+                    load_conv(block.shortcut[0], f"{prefix}.shortcut.conv")
+                    load_batch_norm(block.shortcut[1], f"{prefix}.shortcut.bn")
+
+
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
@@ -80,3 +116,15 @@ def run(run: Run) -> None:
         for batch in run.timed_batches(images):
             features = model(env.to_device(batch, device))
     env.record_peak_memory(run, device)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    device = env.select_device(run)
+    model = ResNet50Features().to(device)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    with torch.inference_mode():
+        features = model.eval()(env.to_device(batch["x"], device)).cpu().numpy()
+    return {"features": features}
