@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from workloads.common import hyperparams
@@ -83,3 +84,24 @@ def test_resume_skips_finished_cells(smoke_run):
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr
     assert "3 cell(s) already ok, 0 to run" in completed.stderr
+
+
+def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
+    """`orchestrator parity` for PyTorch, whose outputs every framework is compared with, checked
+    against plain-numpy forward passes of the canonical models."""
+    from numpy_reference import cnn_logits, gru_logits
+
+    from workloads.common import canonical
+
+    command = [sys.executable, "-m", "orchestrator", "parity", "--backend", "local", "--frameworks", "pytorch",
+               "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity")]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert completed.returncode == 0, completed.stderr
+    assert "| pytorch | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
+    for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
+        weights, batch = canonical.load(tmp_path / "data" / "parity" / workload)
+        result = Result.read(next((tmp_path / "parity" / "cells").glob(f"pytorch__*__{workload}__*.json")))
+        expected = definition(weights, batch["x"])
+        got = np.asarray(result.outputs["logits"])
+        assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
+        assert not np.allclose(result.outputs["logits_after_training"], got)  # the steps did train
