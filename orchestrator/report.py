@@ -18,6 +18,8 @@ from typing import Callable
 import jinja2
 import matplotlib
 import pandas as pd
+
+from workloads.common import hyperparams
 from matplotlib.figure import Figure
 
 from orchestrator.results import PRIMARY_METRIC, load_reference, load_results, to_frame
@@ -232,6 +234,29 @@ def format_count(value) -> str:
     return "-" if _missing(value) else f"{int(value):,}"
 
 
+def _format_parameters(row, workload: str) -> str:
+    """The count, flagged when it is not the reference model's: then it is not the same model."""
+    count = row["parameter_count"]
+    expected = hyperparams.settings(workload, "full").parameter_count
+    if _missing(count) or int(count) == expected:
+        return format_count(count)
+    return f"{int(count):,} (differs from the reference {expected:,}: not the same model)"
+
+
+def matched_sections(frame: pd.DataFrame) -> list[dict]:
+    """Per framework, what its implementations had to match, as they record it themselves."""
+    sections = []
+    known = frame.dropna(subset=["matched"])
+    for framework, rows in known.groupby("framework", sort=True):
+        items = []
+        for workload in workload_order(rows["workload"].unique()):
+            text = rows[rows["workload"] == workload]["matched"].iloc[0]
+            items.append({"workload": WORKLOAD_TITLES.get(workload, workload),
+                          "points": [point.strip() for point in text.split(" | ") if point.strip()]})
+        sections.append({"framework": framework, "workloads": items})
+    return sections
+
+
 def _format_range(row) -> str:
     if row["ok_repeats"] < 2 or _missing(row["min_s"]):
         return "-"
@@ -280,7 +305,7 @@ def result_table(summary: pd.DataFrame, workload: str, *, show_profile: bool) ->
     if workload in ACCURACY_WORKLOADS:
         columns.append(("Test accuracy", lambda row: format_accuracy(row["test_accuracy"]), True))
     columns += [
-        ("Parameters", lambda row: format_count(row["parameter_count"]), True),
+        ("Parameters", lambda row: _format_parameters(row, workload), True),
         ("Device", _format_device, False),
         ("Version", lambda row: row["framework_version"] or "-", False),
         ("Status", _format_status, False),
@@ -431,6 +456,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame) -> dict:
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "metadata": run_metadata(frame),
         "sections": sections,
+        "matched": matched_sections(frame),
         "missing_workloads": [name for name in WORKLOADS if name not in summaries],
         "reference_label": REFERENCE_LABEL,
         # The study ran the full settings; a smoke run's times are not even on the same scale.

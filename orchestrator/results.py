@@ -30,7 +30,7 @@ PROVENANCE_COLUMNS = ("device", "gpu_name", "framework_version", "cuda_version",
                       "gpu_driver", "backend", "image_digest", "git_revision", "hostname",
                       "cpu_model", "data_source")
 FRAME_COLUMNS = (CELL_COLUMNS + ("status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
-                 + ("started_at", "wall_time_s", "key"))
+                 + ("started_at", "wall_time_s", "key", "matched"))
 
 
 def cell_path(results_dir: str | os.PathLike, cell: Cell) -> Path:
@@ -91,6 +91,7 @@ def to_frame(results: list[Result]) -> pd.DataFrame:
         row["started_at"] = result.started_at
         row["wall_time_s"] = result.wall_time_s
         row["key"] = result.cell.key
+        row["matched"] = result.provenance.extras.get("matched") or None
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
     # Columns that are None in every row would otherwise stay "object" and break the medians.

@@ -164,3 +164,22 @@ def test_report_survives_missing_workloads_and_missing_metrics(tmp_path):
     assert "| mxnet | cpu | fp32 | 1 | - | - | - | - | - |" in markdown
     assert "| chainer | cpu | fp32 | 0/1 |" in markdown and "| failed |" in markdown
     assert "<svg" not in html_path.read_text()
+
+
+def test_matched_section_and_parameter_count_flag(tmp_path):
+    from orchestrator import report as report_module
+    from workloads.common.result import Cell, Result
+
+    good = Result(Cell("pytorch", "cnn"))
+    good.metrics.train_time_s, good.metrics.parameter_count = 10.0, 3_441_592
+    good.provenance.extras["matched"] = "gate order r, z, n | epsilon <after> sqrt"
+    odd = Result(Cell("otherfw", "cnn"))
+    odd.metrics.train_time_s, odd.metrics.parameter_count = 12.0, 3_441_600
+    for result in (good, odd):
+        result.write(tmp_path / "cells" / f"{result.cell.key}.json")
+    markdown_path, html_path = report_module.render(tmp_path)
+    markdown, html = markdown_path.read_text(), html_path.read_text()
+    assert "## What had to be matched" in markdown and "gate order r, z, n; epsilon <after> sqrt" in markdown
+    assert "epsilon &lt;after&gt; sqrt" in html
+    assert "3,441,600 (differs from the reference 3,441,592: not the same model)" in markdown
+    assert "3,441,592 (differs" not in markdown

@@ -169,8 +169,12 @@ class Run:
     # --- recording ------------------------------------------------------------------------------
 
     def set_provenance(self, **fields) -> None:
+        """Record provenance fields; `extras` is merged into what is already recorded."""
         for name, value in fields.items():
-            setattr(self.result.provenance, name, value)
+            if name == "extras":
+                self.result.provenance.extras.update({key: str(item) for key, item in value.items()})
+            else:
+                setattr(self.result.provenance, name, value)
 
     def set_parameter_count(self, count: int) -> None:
         self.result.metrics.parameter_count = int(count)
