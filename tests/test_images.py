@@ -177,3 +177,22 @@ def test_compose_config_validates():
         _skip_or_fail("neither docker-compose nor the docker compose plugin is installed")
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_build_failure_names_the_step_and_the_log(docker_client, tmp_path):
+    """A requirement pip cannot find: one line with the failing step and where the full log is."""
+    folder = tmp_path / "brokenfw"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text((PYTORCH.folder / "Dockerfile").read_text())
+    (folder / "requirements-cpu.txt").write_text("rosetta-no-such-package-anywhere==0.0.1\n")
+    variant = frameworks.Variant("cpu", "cpu", folder / "requirements-cpu.txt", base_image=BASE_IMAGE)
+    broken = frameworks.Framework("brokenfw", "Broken", folder, {"cpu": variant}, "cpu", (),
+                                  package="rosetta-no-such-package-anywhere")
+    chosen = images.BuildOptions.from_environment(log_dir=tmp_path / "logs")
+    with pytest.raises(UserError) as error:
+        images.build(docker_client, broken, variant, chosen, log=lambda line: None)
+    message = str(error.value)
+    assert "building rosetta-brokenfw:cpu-0.0.1 failed at 'Step 4/" in message and "RUN set -eu" in message
+    log_path = Path(message.rsplit("full log: ", 1)[1])
+    assert log_path.is_file() and "rosetta-no-such-package-anywhere" in log_path.read_text()
+    assert "\n" not in message
