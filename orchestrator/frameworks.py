@@ -27,6 +27,7 @@ class Variant:
     cuda: str | None = None
     base_image: str | None = None  # the default BASE_IMAGE of this variant's image
     gpus: str = ""  # which GPUs its CUDA build can target, for the list and the report
+    package: str | None = None  # overrides the framework's package (e.g. tensorflow-cpu vs tensorflow)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def load_framework(folder: Path) -> Framework:
             raise UserError(f"{metadata_file}: variant {name!r} needs device = one of {', '.join(DEVICES)}")
         requirements = folder / spec.get("requirements", f"requirements-{name}.txt")
         variants[name] = Variant(name=name, device=spec["device"], requirements=requirements,
-                                 cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""))
+                                 cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""),
+                                 package=spec.get("package"))
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))

@@ -61,7 +61,7 @@ class BuildOptions:
 
 def pinned_version(framework: Framework, variant: Variant) -> str:
     """The framework package's pinned version, without a local label (tags cannot hold '+')."""
-    package = _normalise(framework.package or framework.name)
+    package = _normalise(variant.package or framework.package or framework.name)
     for requirement in _requirement_lines(variant.requirements):
         name, _, version = requirement.partition("==")
         if _normalise(name) == package and version:
@@ -303,7 +303,8 @@ def _requirement_lines(path: Path) -> list[str]:
 
 
 def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower().strip()
+    """A requirement's project name as PEP 503 compares it, extras dropped: tensorflow[and-cuda] -> tensorflow."""
+    return re.sub(r"[-_.]+", "-", name.split("[", 1)[0]).lower().strip()
 
 
 def _explain(error) -> str:

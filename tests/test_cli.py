@@ -27,7 +27,7 @@ def error_line(capsys) -> str:
 
 @pytest.mark.parametrize("argv, expected", [
     (["run-matrix", "--matrix", "missing.toml"], "matrix file missing.toml not found; pass --matrix FILE"),
-    (["run-matrix", "--frameworks", "tensorflow"], "unknown framework 'tensorflow'; choose from pytorch"),
+    (["run-matrix", "--frameworks", "caffe3"], "unknown framework 'caffe3'; choose from"),
     (["run-matrix", "--variants", "rocm"], "unknown variant 'rocm'; choose from cpu, cu118, cu126, cu128, cu130"),
     (["run-matrix", "--workloads", "bert"], "unknown workload 'bert'; choose from cnn, resnet50, gru"),
     (["run-matrix", "--precisions", "fp8"], "unknown precision 'fp8'"),

@@ -1,0 +1,169 @@
+"""The layout and optimizer conversions the Keras 3 rows rely on, checked in numpy on tiny tensors.
+
+No Keras import: Keras' formulas are written out here as its source (keras 3.15.1) computes them,
+so these tests run in the host environment; the parity check runs the real thing.
+"""
+import numpy as np
+import pytest
+
+from workloads.common import canonical
+
+RNG = np.random.default_rng(0)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# --- GRU: canonical [r, z, n] with two bias vectors vs Keras [z, r, n] with a (2, 3h) bias -------
+
+def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
+    """canonical.py's reset-after GRU (cuDNN / PyTorch)."""
+    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
+    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    return (1 - z) * n + z * h
+
+
+def gru_step_keras(x, h, kernel, recurrent_kernel, bias):
+    """keras/src/backend/jax/rnn.py::gru's step (reset_after=True): gates z, r, h; bias[0] input, bias[1] recurrent."""
+    x_z, x_r, x_h = np.split(x @ kernel + bias[0], 3, axis=-1)
+    h_z, h_r, h_h = np.split(h @ recurrent_kernel + bias[1], 3, axis=-1)
+    z = sigmoid(x_z + h_z)
+    r = sigmoid(x_r + h_r)
+    hh = np.tanh(x_h + r * h_h)
+    return z * h + (1 - z) * hh
+
+
+def test_gru_gate_reorder_and_stacked_biases_give_the_canonical_step():
+    inputs, hidden, batch = 5, 4, 3
+    kernel = RNG.normal(size=(inputs, 3 * hidden)).astype(np.float32)
+    recurrent_kernel = RNG.normal(size=(hidden, 3 * hidden)).astype(np.float32)
+    input_bias, recurrent_bias = RNG.normal(size=(2, 3 * hidden)).astype(np.float32)
+    x, h = RNG.normal(size=(batch, inputs)), RNG.normal(size=(batch, hidden))
+    expected = gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias)
+    reorder = canonical.gru_gates_rzn_to_zrn
+    bias = np.stack([reorder(input_bias), reorder(recurrent_bias)])  # as gru/keras.py loads it
+    assert bias.shape == (2, 3 * hidden)
+    got = gru_step_keras(x, h, reorder(kernel), reorder(recurrent_kernel), bias)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    # without the reorder the two layouts disagree: the test can fail
+    wrong = gru_step_keras(x, h, kernel, recurrent_kernel, np.stack([input_bias, recurrent_bias]))
+    assert not np.allclose(wrong, expected, atol=1e-3)
+
+
+# --- CNN: flatten order --------------------------------------------------------------------------
+
+def test_nhwc_feature_map_permuted_before_flatten_keeps_the_canonical_rows():
+    batch, channels, height, width, out = 2, 3, 4, 5, 6
+    nchw = RNG.normal(size=(batch, channels, height, width))
+    nhwc = nchw.transpose(0, 2, 3, 1)
+    kernel = RNG.normal(size=(channels * height * width, out))
+    expected = nchw.reshape(batch, -1) @ kernel  # canonical: flatten (C, H, W)
+    # cnn/keras.py, channels_last: Permute((3, 1, 2)) then Flatten
+    np.testing.assert_allclose(nhwc.transpose(0, 3, 1, 2).reshape(batch, -1) @ kernel, expected, rtol=1e-12)
+    # the alternative the canonical module offers: flatten NHWC, permute dense1's rows
+    rows = canonical.nchw_rows_to_nhwc_rows(kernel, channels, height, width)
+    np.testing.assert_allclose(nhwc.reshape(batch, -1) @ rows, expected, rtol=1e-12)
+    assert not np.allclose(nhwc.reshape(batch, -1) @ kernel, expected)
+
+
+# --- convolution kernels -------------------------------------------------------------------------
+
+def correlate_nchw(x, kernel_oihw):
+    out_channels, _, kh, kw = kernel_oihw.shape
+    n, _, h, w = x.shape
+    y = np.zeros((n, out_channels, h - kh + 1, w - kw + 1))
+    for i in range(h - kh + 1):
+        for j in range(w - kw + 1):
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i:i + kh, j:j + kw], kernel_oihw)
+    return y
+
+
+def correlate_nhwc(x, kernel_hwio):
+    kh, kw, _, out_channels = kernel_hwio.shape
+    n, h, w, _ = x.shape
+    y = np.zeros((n, h - kh + 1, w - kw + 1, out_channels))
+    for i in range(h - kh + 1):
+        for j in range(w - kw + 1):
+            y[:, i, j, :] = np.einsum("nhwc,hwco->no", x[:, i:i + kh, j:j + kw, :], kernel_hwio)
+    return y
+
+
+def test_oihw_to_hwio_gives_the_same_convolution_in_nhwc():
+    x = RNG.normal(size=(2, 3, 6, 5))
+    kernel = RNG.normal(size=(4, 3, 3, 2))  # non-square: height and width cannot be swapped unnoticed
+    expected = correlate_nchw(x, kernel)
+    got = correlate_nhwc(x.transpose(0, 2, 3, 1), canonical.oihw_to_hwio(kernel))
+    np.testing.assert_allclose(got.transpose(0, 3, 1, 2), expected, rtol=1e-12)
+
+
+# --- padding of strided convolutions (resnet50/keras.py) -----------------------------------------
+
+def keras_same_padding(size, kernel, stride):
+    """(before, after) that Keras/TensorFlow's padding='same' adds: the extra pixel goes after."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("size, kernel, stride", [(224, 7, 2), (56, 3, 2), (28, 3, 2), (14, 3, 2)])
+def test_strided_same_padding_is_asymmetric_so_resnet_pads_explicitly(size, kernel, stride):
+    pytorch = (kernel // 2, kernel // 2)  # padding=k//2 on both sides
+    assert keras_same_padding(size, kernel, stride) != pytorch
+    # ZeroPadding2D(k//2) + 'valid' is PyTorch's padding, with the same output size as 'same'
+    assert (size + 2 * (kernel // 2) - kernel) // stride + 1 == -(-size // stride)
+
+
+@pytest.mark.parametrize("size", [32, 16, 56])
+def test_stride_one_same_padding_is_pytorchs_padding_one(size):
+    assert keras_same_padding(size, 3, 1) == (1, 1)
+
+
+def test_zero_padding_before_max_pool_equals_minus_infinity_after_relu():
+    x = np.maximum(RNG.normal(size=(7, 7)), 0.0)  # post-ReLU
+    zero, neg = np.pad(x, 1, constant_values=0.0), np.pad(x, 1, constant_values=-np.inf)
+    pool = lambda a: np.array([[a[i:i + 3, j:j + 3].max() for j in range(0, a.shape[1] - 2, 2)]  # noqa: E731
+                               for i in range(0, a.shape[0] - 2, 2)])
+    np.testing.assert_array_equal(pool(zero), pool(neg))
+
+
+# --- optimizers ----------------------------------------------------------------------------------
+
+def test_keras_sgd_momentum_equals_pytorchs_plain_momentum_at_a_constant_rate():
+    lr, momentum, steps = 0.01, 0.9, 6
+    gradients = RNG.normal(size=(steps, 5))
+    w_keras = w_torch = RNG.normal(size=5)
+    v_keras = v_torch = np.zeros(5)
+    for g in gradients:
+        v_keras = momentum * v_keras - lr * g  # keras/src/optimizers/sgd.py
+        w_keras = w_keras + v_keras
+        v_torch = momentum * v_torch + g  # torch.optim.SGD, dampening 0
+        w_torch = w_torch - lr * v_torch
+    np.testing.assert_allclose(w_keras, w_torch, rtol=1e-12)
+
+
+def adam(gradients, w, lr, b1, b2, eps, form):
+    m = v = np.zeros_like(w)
+    for t, g in enumerate(gradients, start=1):
+        m = m + (g - m) * (1 - b1)
+        v = v + (g * g - v) * (1 - b2)
+        if form == "keras":  # keras/src/optimizers/adam.py: epsilon added to sqrt(v)
+            w = w - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps)
+        else:  # PyTorch and the paper's Algorithm 1 (gru/keras.py's Adam): epsilon added to sqrt(v-hat)
+            w = w - lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+    return w
+
+
+def test_keras_adam_epsilon_is_pytorchs_scaled_by_sqrt_one_minus_beta2_power():
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    gradients = RNG.normal(size=(1, 6)) * np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0])
+    w = np.zeros(6)
+    # at step t Keras' epsilon acts as eps / sqrt(1 - b2^t) would in PyTorch's form
+    np.testing.assert_allclose(adam(gradients, w, lr, b1, b2, eps, "keras"),
+                               adam(gradients, w, lr, b1, b2, eps / np.sqrt(1 - b2), "pytorch"), rtol=1e-10)
+    # which matters for small gradients (an embedding's), hence the subclass in gru/keras.py
+    keras, pytorch = adam(gradients, w, lr, b1, b2, eps, "keras"), adam(gradients, w, lr, b1, b2, eps, "pytorch")
+    assert abs(keras[1] - pytorch[1]) > 0.1 * abs(pytorch[1])
+    np.testing.assert_allclose(keras[4:], pytorch[4:], rtol=1e-5)

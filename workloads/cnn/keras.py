@@ -1,0 +1,122 @@
+"""VGG-style CNN trained on CIFAR-10, in Keras 3: one file for the TensorFlow, JAX and PyTorch backends.
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the loss (from_logits=True).
+The model is written once in the Functional API; KERAS_BACKEND, set before the import, picks the
+engine, and workloads/runtime/keras.py the convolution layout that engine runs best.
+"""
+import keras
+from keras import layers
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import keras as env
+
+MATCHED = (
+    "input NCHW as every framework; channels_last models transpose it in the graph (Permute) and "
+    "transpose back before Flatten, so dense1's rows keep the canonical (C, H, W) order",
+    "convolution kernels stored HWIO: canonical OIHW transposed; dense kernels (in, out) as is",
+    "padding='same' on stride-1 3x3 convolutions pads 1 on each side, as PyTorch's padding=1",
+    "Keras' SGD momentum v = m*v - lr*g, w += v equals the plain form v = m*v + g, w -= lr*v "
+    "at a constant learning rate (no unit gain)",
+    "Glorot-uniform kernels and zero biases are Keras' defaults",
+    "loss SparseCategoricalCrossentropy(from_logits=True): mean softmax cross-entropy, integer labels",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
+    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1
+        return layers.Conv2D(filters, 3, padding="same", data_format=data_format, name=name, **options)
+
+    def pool():
+        return layers.MaxPooling2D(2, 2, data_format=data_format)
+
+    def drop(rate):  # the parity check trains with dropout off
+        return layers.Dropout(rate if dropout else 0.0)
+
+    images = keras.Input(shape=s.image_shape)  # (channels, height, width), as the harness gives them
+    x = images if data_format == "channels_first" else layers.Permute((2, 3, 1))(images)  # -> NHWC
+    x = conv(s.conv1_filters, "conv1", activation="relu")(x)
+    x = conv(s.conv1_filters, "conv2")(x)
+    x = drop(s.dropout_conv)(layers.ReLU()(pool()(x)))
+    x = conv(s.conv2_filters, "conv3", activation="relu")(x)
+    x = conv(s.conv2_filters, "conv4")(x)
+    x = drop(s.dropout_conv)(layers.ReLU()(pool()(x)))
+    if data_format == "channels_last":
+        x = layers.Permute((3, 1, 2))(x)  # flatten in (C, H, W) order, as every other framework
+    x = layers.Flatten()(x)
+    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)
+    x = drop(s.dropout_dense)(x)
+    logits = layers.Dense(s.classes, name="dense2")(x)  # logits: softmax lives in the loss
+    return keras.Model(images, logits, name="vgg_style_cnn")
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: keras.Model, params: dict) -> None:
+    """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out)."""
+    for name in ("conv1", "conv2", "conv3", "conv4"):
+        model.get_layer(name).set_weights([canonical.oihw_to_hwio(params[f"{name}.kernel"]),
+                                           params[f"{name}.bias"]])
+    for name in ("dense1", "dense2"):
+        model.get_layer(name).set_weights([params[f"{name}.kernel"], params[f"{name}.bias"]])
+
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    # jit_compile="auto": XLA on JAX, and on TensorFlow with a GPU; a tf.function on TensorFlow's
+    # CPU; eager on PyTorch (torch.compile needs a compiler in the image).
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=s.learning_rate, momentum=s.momentum),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        model = compile_model(vgg_style_cnn(s, env.data_format()), s)
+        train_step = env.TrainStep(model)  # model.train_on_batch, without a host sync per step
+    run.set_parameter_count(env.parameter_count(model))
+    env.record_compiled(run, model)
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(images, labels)
+        train_step.sync_weights()  # JAX: the epoch's state back into the model's variables
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            logits = model.predict_on_batch(images)  # inference mode: dropout off (lesson 5)
+            correct += int((logits.argmax(axis=1) == labels).sum())
+            total += len(labels)
+    run.record_accuracy(correct, total)
+    env.record_peak_memory(run)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    # dropout off for the steps too: dropout is random and frameworks' generators differ
+    model = compile_model(vgg_style_cnn(s, env.data_format(), dropout=False), s)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    logits = model.predict_on_batch(batch["x"])
+    train_step = env.TrainStep(model)  # the benchmark's own step: train_on_batch first, then the fast path
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(batch["x"], batch["y"])
+    train_step.sync_weights()
+    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}

@@ -1,0 +1,157 @@
+"""VGG-style CNN trained on CIFAR-10, in TensorFlow's own low-level API (no Keras layers).
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+The model is a tf.Module of tf.Variables and tf.nn ops; one training step is a tf.GradientTape
+inside a tf.function, and the optimizer is written out in a few lines.
+"""
+import tensorflow as tf
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import tensorflow as env
+
+MATCHED = (
+    "convolution kernels stored HWIO: canonical OIHW transposed",
+    "NHWC on the CPU (TensorFlow's CPU kernels), NCHW on a GPU; the NCHW batch is transposed in the step",
+    "NHWC feature maps are transposed to NCHW before the flatten, so dense1 sees the canonical row order",
+    "SGD momentum written out in its plain form v = m*v + g, w -= lr*v (no unit gain)",
+    "Glorot-uniform kernels and zero biases written out",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class VGGStyleCNN(tf.Module):
+    def __init__(self, s, layout: str):
+        super().__init__()
+        self.layout = layout
+        self.dropout_conv, self.dropout_dense = s.dropout_conv, s.dropout_dense
+        channels, flat = s.image_shape[0], s.conv2_filters * 8 * 8
+
+        def conv(cin, cout):  # HWIO kernel, Glorot uniform, zero bias
+            return env.glorot_uniform((3, 3, cin, cout), 9 * cin, 9 * cout), env.zeros((cout,))
+
+        self.conv1 = conv(channels, s.conv1_filters)
+        self.conv2 = conv(s.conv1_filters, s.conv1_filters)
+        self.conv3 = conv(s.conv1_filters, s.conv2_filters)
+        self.conv4 = conv(s.conv2_filters, s.conv2_filters)
+        self.dense1 = env.glorot_uniform((flat, s.dense_units), flat, s.dense_units), env.zeros((s.dense_units,))
+        self.dense2 = env.glorot_uniform((s.dense_units, s.classes), s.dense_units, s.classes), env.zeros((s.classes,))
+
+    def _conv(self, x, layer):
+        kernel, bias = layer
+        x = tf.nn.conv2d(x, kernel, strides=1, padding="SAME", data_format=self.layout)  # 3x3, stride 1: symmetric
+        return tf.nn.bias_add(x, bias, data_format=self.layout)
+
+    def _pool(self, x):
+        return tf.nn.max_pool2d(x, ksize=2, strides=2, padding="VALID", data_format=self.layout)
+
+    def __call__(self, images, training: bool = False):  # images: (N, C, H, W), the canonical layout
+        x = tf.transpose(images, [0, 2, 3, 1]) if self.layout == "NHWC" else images
+        x = tf.nn.relu(self._conv(x, self.conv1))
+        x = tf.nn.relu(self._pool(self._conv(x, self.conv2)))
+        if training:
+            x = tf.nn.dropout(x, self.dropout_conv)
+        x = tf.nn.relu(self._conv(x, self.conv3))
+        x = tf.nn.relu(self._pool(self._conv(x, self.conv4)))
+        if training:
+            x = tf.nn.dropout(x, self.dropout_conv)
+        if self.layout == "NHWC":
+            x = tf.transpose(x, [0, 3, 1, 2])  # flatten in (channels, height, width) order
+        x = tf.reshape(x, [tf.shape(x)[0], -1])
+        x = tf.nn.relu(tf.matmul(x, self.dense1[0]) + self.dense1[1])
+        if training:
+            x = tf.nn.dropout(x, self.dropout_dense)
+        return tf.matmul(x, self.dense2[0]) + self.dense2[1]  # logits: softmax lives in the loss
+
+
+class SGDMomentum(tf.Module):
+    """Plain momentum, PyTorch's form: v = m*v + g; w -= lr*v (v starts at zero)."""
+
+    def __init__(self, variables, learning_rate: float, momentum: float):
+        super().__init__()
+        self.learning_rate, self.momentum = learning_rate, momentum
+        self.velocities = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+    def apply(self, gradients, variables):
+        for gradient, velocity, variable in zip(gradients, self.velocities, variables):
+            velocity.assign(self.momentum * velocity + gradient)
+            variable.assign_sub(self.learning_rate * velocity)
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+    """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out), in NCHW row order."""
+    for name in ("conv1", "conv2", "conv3", "conv4"):
+        kernel, bias = getattr(model, name)
+        kernel.assign(canonical.oihw_to_hwio(params[f"{name}.kernel"]))
+        bias.assign(params[f"{name}.bias"])
+    for name in ("dense1", "dense2"):
+        kernel, bias = getattr(model, name)
+        kernel.assign(params[f"{name}.kernel"])
+        bias.assign(params[f"{name}.bias"])
+
+
+def make_train_step(model, optimizer, training: bool = True):
+    @env.tf_function
+    def train_step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = env.cross_entropy(model(images, training=training), labels)
+        variables = model.trainable_variables
+        optimizer.apply(tape.gradient(loss, variables), variables)
+        return loss  # a tensor: nothing is read back to the host per step
+    return train_step
+
+
+def make_optimizer(model, s):
+    return SGDMomentum(model.trainable_variables, s.learning_rate, s.momentum)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device = env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        model = VGGStyleCNN(s, env.layout(device))
+        train_step = make_train_step(model, make_optimizer(model, s))
+        predict = env.tf_function(lambda images: tf.argmax(model(images, training=False), axis=1))
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(images, labels)
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = tf.constant(0, tf.int64), 0  # training=False: dropout off (lesson 5)
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            correct += tf.reduce_sum(tf.cast(predict(images) == labels, tf.int64))
+            total += len(labels)
+    run.record_accuracy(int(correct), total)
+    env.record_peak_memory(run, device)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    device = env.select_device(run)
+    model = VGGStyleCNN(s, env.layout(device))
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    images, labels = tf.constant(batch["x"]), tf.constant(batch["y"])
+    logits = model(images, training=False).numpy()
+    # dropout off for the steps too: dropout is random and frameworks' generators differ
+    train_step = make_train_step(model, make_optimizer(model, s), training=False)
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(images, labels)
+    return {"logits": logits, "logits_after_training": model(images, training=False).numpy()}

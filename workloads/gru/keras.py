@@ -1,0 +1,137 @@
+"""GRU sentiment classifier trained on IMDB, in Keras 3: one file for the TensorFlow, JAX and PyTorch backends.
+
+embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
+workloads/common/hyperparams.py. keras.layers.GRU(reset_after=True) is the cuDNN form: on a GPU the
+TensorFlow and PyTorch backends run cuDNN's fused kernel (lesson 2); JAX has no fused GRU, so
+Keras runs a lax.scan with the input projections of all time steps hoisted into one matmul.
+"""
+import keras
+import numpy as np
+from keras import layers, ops
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import keras as env
+
+MATCHED = (
+    "GRU reset_after=True is the canonical (cuDNN) form; Keras orders gates z, r, n: canonical r, z, n "
+    "reordered (canonical.gru_gates_rzn_to_zrn); kernels (in, 3*hidden) as is",
+    "GRU biases stacked (2, 3*hidden): row 0 the input bias, row 1 the recurrent bias",
+    "batch-major (batch, time, features) input, Keras' only RNN layout (the cuDNN path transposes "
+    "inside); return_sequences=False gives the last time step's output; no masking of padding",
+    "Adam: Keras adds epsilon to sqrt(v) (the paper's efficient form, an effective epsilon of "
+    "eps/sqrt(1-b2^t)); a 15-line subclass adds it to sqrt(v-hat), as PyTorch and the paper's "
+    "Algorithm 1 (stock Keras Adam: 8e-4 relative difference after two steps, beyond tolerance)",
+    "Adam on TensorFlow: the embedding's IndexedSlices gradient is summed to a dense gradient before "
+    "it is squared (stock Keras squares each token occurrence's slice: a wrong second moment for "
+    "tokens repeated in a batch, 4e-2 relative difference after two steps)",
+    "Keras' default initialisers: Glorot-uniform kernel, orthogonal recurrent kernel, zero biases, "
+    "uniform(-0.05, 0.05) embedding",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def gru_classifier(s) -> keras.Model:
+    tokens = keras.Input(shape=(s.sequence_length,), dtype="int32")  # (batch, time)
+    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)
+    # reset_after=True (Keras' default): reset gate applied after the recurrent matmul, two
+    # bias vectors per gate, the form cuDNN implements. Returns the last time step's output.
+    x = layers.GRU(s.hidden_size, reset_after=True, name="gru")(x)
+    logits = layers.Dense(s.classes, name="dense")(x)  # logits: softmax lives in the loss
+    return keras.Model(tokens, logits, name="gru_classifier")
+
+
+class Adam(keras.optimizers.Adam):
+    """Keras' Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
+
+    Keras' own update, w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v) + eps), is the paper's
+    "efficient" reordering, whose epsilon is in effect eps/sqrt(1-b2^t): 32x larger at step 1.
+    The embedding's gradient is made dense first: on TensorFlow it arrives as IndexedSlices, one
+    slice per token occurrence, and Keras' ops.square squares those slices before they are summed,
+    so a token seen twice in a batch would get a wrong second moment.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        gradient = ops.cast(env.dense_gradient(gradient), dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        correction1 = 1 - ops.power(ops.cast(self.beta_1, dtype), step)
+        correction2 = 1 - ops.power(ops.cast(self.beta_2, dtype), step)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
+        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
+        self.assign_sub(variable, ops.divide(ops.multiply(m, ops.cast(learning_rate, dtype) / correction1),
+                                             denominator))
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: keras.Model, params: dict) -> None:
+    """Gates r, z, n -> z, r, n; the two bias vectors stacked as one (2, 3*hidden) weight."""
+    reorder = canonical.gru_gates_rzn_to_zrn
+    model.get_layer("embedding").set_weights([params["embedding.embeddings"]])
+    model.get_layer("gru").set_weights([
+        reorder(params["gru.kernel"]),
+        reorder(params["gru.recurrent_kernel"]),
+        np.stack([reorder(params["gru.input_bias"]), reorder(params["gru.recurrent_bias"])]),
+    ])
+    model.get_layer("dense").set_weights([params["dense.kernel"], params["dense.bias"]])
+
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    model.compile(optimizer=Adam(learning_rate=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2,
+                                                  epsilon=s.epsilon),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_imdb()
+
+    with run.phase("model_build"):
+        model = compile_model(gru_classifier(s), s)
+        train_step = env.TrainStep(model)  # model.train_on_batch, without a host sync per step
+    run.set_parameter_count(env.parameter_count(model))
+    env.record_compiled(run, model)  # TensorFlow with cuDNN: no XLA (cuDNN's RNN ops are not XLA ops)
+
+    # --- train
+    for _ in range(s.epochs):
+        for tokens, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(tokens, labels)
+        train_step.sync_weights()  # JAX: the epoch's state back into the model's variables
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
+            logits = model.predict_on_batch(tokens)
+            correct += int((logits.argmax(axis=1) == labels).sum())
+            total += len(labels)
+    run.record_accuracy(correct, total)
+    env.record_peak_memory(run)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    model = compile_model(gru_classifier(s), s)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    logits = model.predict_on_batch(batch["x"])
+    train_step = env.TrainStep(model)  # the benchmark's own step: train_on_batch first, then the fast path
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(batch["x"], batch["y"])
+    train_step.sync_weights()
+    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}

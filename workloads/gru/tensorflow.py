@@ -1,0 +1,169 @@
+"""GRU sentiment classifier trained on IMDB, in TensorFlow's own low-level API (no Keras layers).
+
+embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
+workloads/common/hyperparams.py. The GRU cell is written out (cuDNN's reset-after form) and run
+over time-major input with tf.scan; on a GPU the same weights feed cuDNN's fused GRU kernel
+(tf.raw_ops.CudnnRNNV3, lesson 2) unless XLA is on (XLA cannot compile that op).
+"""
+import tensorflow as tf
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import tensorflow as env
+
+MATCHED = (
+    "GRU written out in cuDNN's reset-after form, gates r, z, n, two bias vectors per gate: canonical as is",
+    "on the CPU (and with XLA) a tf.scan over time steps, not a fused kernel; on a GPU cuDNN's fused GRU",
+    "time-major (TNC) input to the GRU; the last time step's output feeds the dense layer",
+    "Adam written out with epsilon after the square root of v-hat; the embedding's sparse gradient made dense",
+    "Glorot-uniform input kernels, orthogonal recurrent kernel, zero biases (Keras' defaults)",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def orthogonal(rows: int, columns: int) -> tf.Variable:
+    q, r = tf.linalg.qr(tf.random.normal((max(rows, columns), min(rows, columns))))
+    q *= tf.sign(tf.linalg.diag_part(r))
+    return tf.Variable(q if rows >= columns else tf.transpose(q))
+
+
+class GRUClassifier(tf.Module):
+    def __init__(self, s, fused: bool):
+        super().__init__()
+        self.fused, hidden = fused, s.hidden_size  # fused: cuDNN's kernel (GPU only)
+        self.embeddings = tf.Variable(tf.random.uniform((s.vocabulary, s.embedding_size), -0.05, 0.05))
+        # Canonical layout: x @ kernel, columns [reset | update | new]; two bias vectors per gate.
+        self.kernel = env.glorot_uniform((s.embedding_size, 3 * hidden), s.embedding_size, 3 * hidden)
+        self.recurrent_kernel = orthogonal(hidden, 3 * hidden)
+        self.input_bias, self.recurrent_bias = env.zeros((3 * hidden,)), env.zeros((3 * hidden,))
+        self.dense_kernel = env.glorot_uniform((hidden, s.classes), hidden, s.classes)
+        self.dense_bias = env.zeros((s.classes,))
+
+    def gru_step(self, h, x_projected):
+        """One time step; x_projected = x @ kernel + input_bias, computed for all steps at once."""
+        x_r, x_z, x_n = tf.split(x_projected, 3, axis=1)
+        h_r, h_z, h_n = tf.split(tf.matmul(h, self.recurrent_kernel) + self.recurrent_bias, 3, axis=1)
+        r = tf.sigmoid(x_r + h_r)
+        z = tf.sigmoid(x_z + h_z)
+        n = tf.tanh(x_n + r * h_n)  # reset-after: r scales (h U_n + b_hn)
+        return (1.0 - z) * n + z * h
+
+    def gru_scan(self, x):  # x: (time, batch, features)
+        steps, batch = tf.shape(x)[0], tf.shape(x)[1]
+        projected = tf.matmul(tf.reshape(x, [steps * batch, -1]), self.kernel) + self.input_bias
+        projected = tf.reshape(projected, [steps, batch, -1])
+        h0 = tf.zeros([batch, self.recurrent_kernel.shape[0]])
+        return tf.scan(self.gru_step, projected, initializer=h0)  # (time, batch, hidden)
+
+    def gru_cudnn(self, x, training):
+        """cuDNN's GRU takes one flat parameter vector: per-gate (out, in) matrices, then biases."""
+        steps, batch, hidden = tf.shape(x)[0], tf.shape(x)[1], self.recurrent_kernel.shape[0]
+        matrices = tf.split(self.kernel, 3, axis=1) + tf.split(self.recurrent_kernel, 3, axis=1)  # r, z, n
+        biases = tf.split(self.input_bias, 3) + tf.split(self.recurrent_bias, 3)
+        params = tf.concat([tf.reshape(tf.transpose(m), [-1]) for m in matrices] + biases, axis=0)
+        outputs, *_ = tf.raw_ops.CudnnRNNV3(
+            input=x, input_h=tf.zeros([1, batch, hidden]), input_c=0, params=params,
+            sequence_lengths=tf.fill([batch], steps), rnn_mode="gru", is_training=training, time_major=True)
+        return outputs
+
+    def __call__(self, tokens, training: bool = False):  # tokens: (batch, time)
+        x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC), lesson 3
+        outputs = self.gru_cudnn(x, training) if self.fused else self.gru_scan(x)
+        return tf.matmul(outputs[-1], self.dense_kernel) + self.dense_bias  # the last time step's output
+
+
+class Adam(tf.Module):
+    """Adam as PyTorch and Keras compute it: w -= lr * m_hat / (sqrt(v_hat) + eps)."""
+
+    def __init__(self, variables, s):
+        super().__init__()
+        self.learning_rate, self.beta1, self.beta2, self.epsilon = s.learning_rate, s.beta1, s.beta2, s.epsilon
+        self.step = tf.Variable(0.0, trainable=False)
+        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
+
+    def apply(self, gradients, variables):
+        self.step.assign_add(1.0)
+        correction1, correction2 = 1.0 - self.beta1 ** self.step, 1.0 - self.beta2 ** self.step
+        for gradient, m, v, variable in zip(gradients, self.m, self.v, variables):
+            gradient = tf.convert_to_tensor(gradient)  # the embedding's IndexedSlices, made dense as PyTorch's
+            m.assign(self.beta1 * m + (1.0 - self.beta1) * gradient)
+            v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(gradient))
+            variable.assign_sub(self.learning_rate * (m / correction1) / (tf.sqrt(v / correction2) + self.epsilon))
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: GRUClassifier, params: dict) -> None:
+    """The model keeps the canonical layouts and gate order: every array is assigned as is."""
+    model.embeddings.assign(params["embedding.embeddings"])
+    model.kernel.assign(params["gru.kernel"])
+    model.recurrent_kernel.assign(params["gru.recurrent_kernel"])
+    model.input_bias.assign(params["gru.input_bias"])
+    model.recurrent_bias.assign(params["gru.recurrent_bias"])
+    model.dense_kernel.assign(params["dense.kernel"])
+    model.dense_bias.assign(params["dense.bias"])
+
+
+def make_train_step(model, optimizer):
+    @env.tf_function
+    def train_step(tokens, labels):
+        with tf.GradientTape() as tape:
+            loss = env.cross_entropy(model(tokens, training=True), labels)
+        variables = model.trainable_variables
+        optimizer.apply(tape.gradient(loss, variables), variables)
+        return loss  # a tensor: nothing is read back to the host per step
+    return train_step
+
+
+def fused_gru(device: str) -> bool:
+    return device == "cuda" and not env.XLA
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device = env.select_device(run)
+    run.set_provenance(extras={"gru": "cuDNN CudnnRNNV3" if fused_gru(device) else "tf.scan"})
+
+    with run.phase("data_load"):
+        data = run.load_imdb()
+
+    with run.phase("model_build"):
+        model = GRUClassifier(s, fused_gru(device))
+        train_step = make_train_step(model, Adam(model.trainable_variables, s))
+        predict = env.tf_function(lambda tokens: tf.argmax(model(tokens), axis=1))
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- train
+    for _ in range(s.epochs):
+        for tokens, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(tokens, labels)
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = tf.constant(0, tf.int64), 0
+        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
+            correct += tf.reduce_sum(tf.cast(predict(tokens) == labels, tf.int64))
+            total += len(labels)
+    run.record_accuracy(int(correct), total)
+    env.record_peak_memory(run, device)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    device = env.select_device(run)
+    model = GRUClassifier(s, fused_gru(device))
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    tokens, labels = tf.constant(batch["x"]), tf.constant(batch["y"])
+    logits = model(tokens).numpy()
+    train_step = make_train_step(model, Adam(model.trainable_variables, s))
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(tokens, labels)
+    return {"logits": logits, "logits_after_training": model(tokens).numpy()}
