@@ -105,3 +105,34 @@ def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
         got = np.asarray(result.outputs["logits"])
         assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
         assert not np.allclose(result.outputs["logits_after_training"], got)  # the steps did train
+
+
+def cpu_frameworks() -> list[str]:
+    from orchestrator import frameworks
+
+    return [name for name, framework in frameworks.discover().items() if "cpu" in framework.variants]
+
+
+def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
+    """Every registered framework, each in its own environment: three ok cells each, and its
+    outputs on the canonical weights within tolerance of PyTorch's."""
+    names = cpu_frameworks()
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
+               "--frameworks", ",".join(names), "--profile", "smoke", "--data", "synthetic",
+               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
+    results = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
+    not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"}
+    assert completed.returncode == 0 and not not_ok, (completed.stderr[-3000:], not_ok)
+    assert len(results) == 3 * len(names)
+    for result in results:
+        assert result.metrics.parameter_count == hyperparams.settings(result.cell.workload, "smoke").parameter_count
+
+    command = [sys.executable, "-m", "orchestrator", "parity", "--backend", "local", "--frameworks", ",".join(names),
+               "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity"), "--timeout", "1200"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
+    table = (tmp_path / "parity" / "parity.md").read_text() if (tmp_path / "parity" / "parity.md").exists() else ""
+    assert completed.returncode == 0, (completed.stderr[-3000:], table)
+    for name in names:
+        assert f"| {name} |" in table
+    assert "FAIL" not in table
