@@ -196,3 +196,20 @@ def test_build_failure_names_the_step_and_the_log(docker_client, tmp_path):
     log_path = Path(message.rsplit("full log: ", 1)[1])
     assert log_path.is_file() and "rosetta-no-such-package-anywhere" in log_path.read_text()
     assert "\n" not in message
+
+
+def test_a_second_framework_builds_and_runs_in_containers(docker_client, tmp_path):
+    """TensorFlow's CPU image through `orchestrator build`, then its smoke cells in containers."""
+    tensorflow = REGISTRY["tensorflow"]
+    assert main(["build", "tensorflow", "--variant", "cpu", "--base-image", BASE_IMAGE]) == 0
+    image = docker_client.images.get(images.image_tag(tensorflow, tensorflow.variants["cpu"]))
+    assert image.labels["io.rosetta-bench.framework"] == "tensorflow"
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "tensorflow",
+               "--variants", "cpu", "--profile", "smoke", "--data", "synthetic",
+               "--results-dir", str(tmp_path / "run"), "--timeout", "900"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
+    assert sorted((r.cell.workload, r.status) for r in results) == [("cnn", "ok"), ("gru", "ok"), ("resnet50", "ok")]
+    assert all(r.provenance.image_id == image.id and r.provenance.user_id == 10001 for r in results)
+    assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
