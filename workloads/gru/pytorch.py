@@ -63,7 +63,8 @@ def make_train_step(model, optimizer, loss_function, scaler, device, precision):
 
 
 def make_optimizer(model, s, device):
-    # PyTorch adds epsilon after the square root of v-hat, as the Adam paper and Keras do.
+    # PyTorch adds epsilon after the square root of v-hat, as the Adam paper does (stock Keras adds
+    # it to sqrt(v) before the bias correction: the Keras rows match PyTorch's form).
     return torch.optim.Adam(model.parameters(), lr=s.learning_rate, betas=(s.beta1, s.beta2), eps=s.epsilon,
                             fused=env.fused_optimizer(device))
 

@@ -7,6 +7,8 @@ Keras. The training step is Keras' own compiled `train_function` (see TrainStep)
 """
 from __future__ import annotations
 
+import sys
+
 import keras
 import numpy as np
 
@@ -21,6 +23,7 @@ _POLICIES = {"fp32": "float32", "tf32": "float32", "fp16": "mixed_float16", "bf1
 
 class _TensorFlow:
     name = "tensorflow"
+    autotune = "cuDNN autotuning (TensorFlow's default, TF_CUDNN_USE_AUTOTUNE)"
 
     def __init__(self):
         import tensorflow
@@ -31,10 +34,15 @@ class _TensorFlow:
 
     def use(self, device: str) -> None:
         gpus = self.gpus()
-        if device == "cpu" and gpus:
-            self.tf.config.set_visible_devices([], "GPU")  # before the first op initialises them
-        for gpu in gpus if device == "cuda" else []:
-            self.tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means something
+        try:  # both must come before the first op initialises the GPUs
+            if device == "cpu" and gpus:
+                self.tf.config.set_visible_devices([], "GPU")
+            for gpu in gpus if device == "cuda" else []:
+                self.tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means something
+        except RuntimeError as error:  # already initialised: pin ops to the device instead
+            if device == "cpu":
+                self.tf.device("/CPU:0").__enter__()
+            print(f"note: {error}", file=sys.stderr)
 
     def capability(self) -> tuple[int, int]:
         return tuple(self.tf.config.experimental.get_device_details(self.gpus()[0])["compute_capability"])
@@ -66,6 +74,7 @@ class _TensorFlow:
 
 class _Jax:
     name = "jax"
+    autotune = "XLA's GPU autotuning (its default)"
 
     def __init__(self):
         import jax
@@ -117,6 +126,7 @@ class _Jax:
 
 class _Torch:
     name = "torch"
+    autotune = "torch.backends.cudnn.benchmark = True"
 
     def __init__(self):
         import torch
@@ -197,7 +207,7 @@ def select_device(run: Run) -> str:
         gpu_name=_BACKEND.gpu_name() if device == "cuda" else None,
         extras={"keras_backend": BACKEND, "layout": data_format(),
                 "dtype_policy": _POLICIES[precision], "tf32": str(precision == "tf32").lower(),
-                "threads": _BACKEND.threads()},
+                "threads": _BACKEND.threads(), "autotune": _BACKEND.autotune if device == "cuda" else "none (CPU)"},
     )
     return device
 
@@ -205,12 +215,6 @@ def select_device(run: Run) -> str:
 def data_format() -> str:
     """The convolution layout for this backend and device; the models take NCHW input either way."""
     return _BACKEND.data_format(_device[0])
-
-
-def parity_mode(run: Run) -> None:
-    """Parity runs on the CPU in true fp32, whatever the host has."""
-    run.requested_device = "cpu"
-    select_device(run)
 
 
 # --- model facts ----------------------------------------------------------------------------------
