@@ -28,6 +28,8 @@ class Variant:
     base_image: str | None = None  # the default BASE_IMAGE of this variant's image
     gpus: str = ""  # which GPUs its CUDA build can target, for the list and the report
     package: str | None = None  # overrides the framework's package (e.g. tensorflow-cpu vs tensorflow)
+    # the newest GPU architecture its CUDA build can target (e.g. "8.6" for CUDA 11.2); None: any
+    max_compute_capability: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def load_framework(folder: Path) -> Framework:
         requirements = folder / spec.get("requirements", f"requirements-{name}.txt")
         variants[name] = Variant(name=name, device=spec["device"], requirements=requirements,
                                  cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""),
-                                 package=spec.get("package"))
+                                 package=spec.get("package"),
+                                 max_compute_capability=spec.get("max_compute_capability"))
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))

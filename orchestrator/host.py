@@ -19,6 +19,19 @@ def gpus() -> list[str]:
     return [line.strip() for line in listing.stdout.splitlines() if line.startswith("GPU ")]
 
 
+def gpu_compute_capabilities() -> list[tuple[str, str]]:
+    """(name, compute capability) per GPU, e.g. ("NVIDIA H200", "9.0"); empty without a driver."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [line.rsplit(",", 1) for line in query.stdout.splitlines() if "," in line]
+    return [(name.strip(), capability.strip()) for name, capability in rows]
+
+
 @dataclass
 class DockerStatus:
     available: bool

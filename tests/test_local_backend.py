@@ -104,3 +104,20 @@ def test_environment_build_failure_is_one_failed_cell(tmp_path, monkeypatch):
     result = backend.run_cell(job(tmp_path))
     assert result.status == "failed" and "environment failed; see" in result.reason
     assert not (Path(result.reason.split("see ")[1]).parent / ".rosetta-ready").exists()
+
+
+def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts(tmp_path, monkeypatch):
+    """E.g. MXNet's CUDA 11.2 build on a Hopper GPU: a clear cell, never a crash or a hang."""
+    from orchestrator import host
+
+    monkeypatch.setattr(host, "gpus", lambda: ["GPU 0: NVIDIA H200 (UUID: GPU-x)"])
+    monkeypatch.setattr(host, "gpu_compute_capabilities", lambda: [("NVIDIA H200", "9.0")])
+    old = frameworks.Variant("cu112", "cuda", tmp_path / "r.txt", cuda="11.2", max_compute_capability="8.6")
+    new = frameworks.Variant("cu130", "cuda", tmp_path / "r.txt", cuda="13.0")
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
+    cell = Cell("pytorch", "cnn")
+    reason = backend.unsupported_reason(cell, old)
+    assert reason == ("unsupported on this GPU: NVIDIA H200 has compute capability 9.0; CUDA 11.2 targets up "
+                      "to 8.6, so it needs a build for 9.0 or newer")
+    assert backend.unsupported_reason(cell, new) is None
+    assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt")) is None

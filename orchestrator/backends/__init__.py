@@ -89,3 +89,29 @@ def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: P
 def unsupported(cell: Cell, reason: str) -> Result:
     """A cell that cannot run on this host, decided before anything starts."""
     return Result(cell=cell, status="unsupported", reason=reason)
+
+
+def _capability(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def gpu_mismatch(variant, gpus: list[tuple[str, str]], selected: str | None = None) -> str | None:
+    """Why a CUDA build cannot target this host's GPU (decided before the workload starts), or None.
+
+    `gpus` is [(name, compute capability)]; `selected` the --gpus indices, when given."""
+    limit = getattr(variant, "max_compute_capability", None)
+    if not limit or not gpus:
+        return None
+    if selected:
+        indices = {int(index) for index in selected.split(",") if index.strip().isdigit()}
+        gpus = [gpu for number, gpu in enumerate(gpus) if number in indices] or gpus
+    for name, capability in gpus:
+        try:
+            too_new = _capability(capability) > _capability(limit)
+        except ValueError:
+            continue
+        if too_new:
+            build = f"CUDA {variant.cuda}" if variant.cuda else f"the {variant.name} build"
+            return (f"unsupported on this GPU: {name} has compute capability {capability}; {build} "
+                    f"targets up to {limit}, so it needs a build for {capability} or newer")
+    return None

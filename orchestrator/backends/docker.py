@@ -26,7 +26,7 @@ import docker
 import requests
 
 from orchestrator import host
-from orchestrator.backends import CellJob, collect, tail, workload_arguments
+from orchestrator.backends import CellJob, collect, gpu_mismatch, tail, workload_arguments
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from workloads.common.result import Cell, Result
@@ -82,7 +82,9 @@ class DockerBackend:
             return None
         if self._gpu_problem is _UNKNOWN:  # the same answer for every CUDA cell: ask once
             self._gpu_problem = self._gpu_support_problem()
-        return self._gpu_problem
+        if self._gpu_problem:
+            return self._gpu_problem
+        return gpu_mismatch(variant, host.gpu_compute_capabilities(), ",".join(self.gpu_ids or []) or None)
 
     def _gpu_support_problem(self) -> str | None:
         if not host.gpus():

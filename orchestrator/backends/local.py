@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import host
-from orchestrator.backends import CellJob, collect, workload_arguments
+from orchestrator.backends import CellJob, collect, gpu_mismatch, workload_arguments
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.result import Result
@@ -104,9 +104,11 @@ class LocalBackend:
     # --- cells ----------------------------------------------------------------------------------
 
     def unsupported_reason(self, cell, variant: Variant) -> str | None:
-        if variant.device == "cuda" and not self._host_gpus():
+        if variant.device != "cuda":
+            return None
+        if not self._host_gpus():
             return "no GPU runtime on this host (nvidia-smi lists no GPU)"
-        return None
+        return gpu_mismatch(variant, host.gpu_compute_capabilities(), self.gpus)
 
     def _host_gpus(self) -> list[str]:
         if self._gpus_seen is None:
