@@ -44,7 +44,7 @@ def choose_backend(requested: str) -> str:
     if engine.available:
         console.print(f"{engine.detail} answered; using the Docker backend (one container per cell).")
         return "docker"
-    console.print(f"No Docker engine answered; using the local backend (per-framework virtual environments).")
+    console.print("No Docker engine answered; using the local backend (per-framework virtual environments).")
     return "local"
 
 

@@ -1,6 +1,5 @@
 """Framework images: names, deterministic build contexts, and real build / push / pull / run."""
 import io
-import json
 import subprocess
 import sys
 import tarfile

@@ -1,12 +1,10 @@
 """The local backend's side of the contract, with real subprocesses standing in for a framework."""
-import os
 import stat
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from orchestrator import frameworks
 from orchestrator.backends import CellJob
@@ -89,7 +87,7 @@ def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypat
     monkeypatch.setattr("orchestrator.host.gpus", lambda: [])  # read by the backend
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
     cell = Cell("pytorch", "cnn", variant="cu130", profile="smoke", data="synthetic")
-    summary = run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+    run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
     result = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json")
     assert result.status == "unsupported" and "no GPU runtime on this host" in result.reason
 
