@@ -1,0 +1,220 @@
+"""The layout, model and optimizer facts the JAX (Flax + Optax) rows rely on, checked in numpy on tiny arrays.
+
+No JAX import: what the JAX files compute (and what optax 0.2.8 / flax 0.12.8 compute, as their
+source writes it) is restated here in numpy and compared with the canonical (PyTorch) computation,
+so these tests run in the host environment; the parity check runs the real thing.
+"""
+import numpy as np
+import pytest
+
+from workloads.common import canonical, hyperparams
+
+RNG = np.random.default_rng(0)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# --- convolutions and pooling, NHWC with explicit padding ------------------------------------------
+
+def conv_nchw_oihw(x, kernel, stride=1, pad=0):
+    """The canonical convolution (cross-correlation): NCHW input, OIHW kernel, symmetric padding."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out_c, _, kh, kw = kernel.shape
+    height, width = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], out_c, height, width))
+    for i in range(height):
+        for j in range(width):
+            window = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", window, kernel)
+    return out
+
+
+def conv_nhwc_hwio(x, kernel, stride=1, pads=((0, 0), (0, 0))):
+    """flax.linen.Conv on NHWC input with an HWIO kernel and padding=((top, bottom), (left, right))."""
+    x = np.pad(x, ((0, 0), *pads, (0, 0)))
+    kh, kw, _, out_c = kernel.shape
+    height, width = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
+    out = np.zeros((x.shape[0], height, width, out_c))
+    for i in range(height):
+        for j in range(width):
+            window = x[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
+            out[:, i, j, :] = np.einsum("nhwc,hwco->no", window, kernel)
+    return out
+
+
+def to_nhwc(x):
+    return x.transpose(0, 2, 3, 1)
+
+
+def xla_same_padding(size, kernel, stride):
+    """XLA's (and so Flax's) padding="SAME": all the padding the output size needs, the extra after."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+@pytest.mark.parametrize("size, kernel, stride", [(224, 7, 2), (56, 3, 2), (112, 3, 2), (8, 3, 2)])
+def test_explicit_symmetric_padding_is_pytorchs_and_strided_same_is_not(size, kernel, stride):
+    """resnet50/jax.py pads (k//2, k//2) explicitly; "SAME" with stride 2 on even sizes pads less before."""
+    assert xla_same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
+    x, weights = RNG.normal(size=(1, 2, 8, 8)), RNG.normal(size=(3, 2, 3, 3))
+    expected = to_nhwc(conv_nchw_oihw(x, weights, stride=2, pad=1))
+    explicit = conv_nhwc_hwio(to_nhwc(x), canonical.oihw_to_hwio(weights), stride=2, pads=((1, 1), (1, 1)))
+    np.testing.assert_allclose(explicit, expected, rtol=1e-12, atol=1e-12)
+    same = conv_nhwc_hwio(to_nhwc(x), canonical.oihw_to_hwio(weights), stride=2, pads=(xla_same_padding(8, 3, 2),) * 2)
+    assert same.shape == expected.shape and not np.allclose(same, expected)
+
+
+def test_max_pool_padding_with_minus_infinity_is_pytorchs():
+    """nn.max_pool(padding=((1, 1), (1, 1))) pads with -inf, as PyTorch's MaxPool2d(3, 2, padding=1)."""
+    x = RNG.normal(size=(7, 7))  # any sign: -inf never wins, so the pad is invisible
+    padded = np.pad(x, 1, constant_values=-np.inf)
+    pool = np.array([[padded[i:i + 3, j:j + 3].max() for j in range(0, 7, 2)] for i in range(0, 7, 2)])
+    torch_like = np.array([[x[max(i - 1, 0):i + 2, max(j - 1, 0):j + 2].max() for j in range(0, 7, 2)]
+                           for i in range(0, 7, 2)])
+    np.testing.assert_array_equal(pool, torch_like)
+
+
+def test_nhwc_transposed_back_before_the_flatten_keeps_dense1_canonical():
+    """cnn/jax.py transposes NHWC -> NCHW before reshape, so dense1's canonical rows load as is."""
+    features, kernel = RNG.normal(size=(2, 4, 3, 3)), RNG.normal(size=(4 * 3 * 3, 5))
+    expected = features.reshape(2, -1) @ kernel
+    nhwc = to_nhwc(features)
+    np.testing.assert_allclose(nhwc.transpose(0, 3, 1, 2).reshape(2, -1) @ kernel, expected, rtol=1e-12)
+    assert not np.allclose(nhwc.reshape(2, -1) @ kernel, expected)
+
+
+def test_batch_norm_inference_with_moving_statistics():
+    """flax BatchNorm(use_running_average=True): (x - mean) / sqrt(var + eps) * scale + bias, channels last."""
+    x = RNG.normal(size=(2, 3, 4, 4))
+    gamma, beta, mean, var = RNG.uniform(0.5, 1.5, 3), RNG.normal(size=3), RNG.normal(size=3), RNG.uniform(0.5, 1.5, 3)
+    shape = (1, 3, 1, 1)
+    expected = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + canonical.BN_EPSILON) * gamma.reshape(shape) \
+        + beta.reshape(shape)
+    flax_form = (to_nhwc(x) - mean) * (gamma / np.sqrt(var + canonical.BN_EPSILON)) + beta
+    np.testing.assert_allclose(flax_form, to_nhwc(expected), rtol=1e-12)
+
+
+# --- GRU ------------------------------------------------------------------------------------------
+
+def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
+    """canonical.py's reset-after GRU (cuDNN / PyTorch), gates r, z, n."""
+    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
+    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    return (1 - z) * n + z * h
+
+
+def gru_jax_file(x_tnc, kernel, recurrent_kernel, input_bias, recurrent_bias):
+    """gru/jax.py's GRU: every step's input projection hoisted into one matmul, then a scan over time."""
+    projected = x_tnc @ kernel + input_bias
+    h = np.zeros((x_tnc.shape[1], recurrent_kernel.shape[0]))
+    for projected_t in projected:  # jax.lax.scan
+        xr, xz, xn = np.split(projected_t, 3, axis=-1)
+        hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
+        r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+        h = (1 - z) * np.tanh(xn + r * hn) + z * h
+    return h
+
+
+def gru_weights(features=5, hidden=4):
+    return (RNG.normal(size=(features, 3 * hidden)), RNG.normal(size=(hidden, 3 * hidden)),
+            RNG.normal(size=3 * hidden), RNG.normal(size=3 * hidden))
+
+
+def test_hoisted_scan_gru_equals_the_canonical_recurrence():
+    weights = gru_weights()
+    x = RNG.normal(size=(6, 3, 5))  # (time, batch, features)
+    h = np.zeros((3, 4))
+    for x_t in x:
+        h = gru_step_canonical(x_t, h, *weights)
+    np.testing.assert_allclose(gru_jax_file(x, *weights), h, rtol=1e-12)
+
+
+def test_time_major_tokens_last_step_is_the_batch_major_last_step():
+    """The embedding of tokens.T is the batch-major embedding transposed to (time, batch, features)."""
+    table, tokens = RNG.normal(size=(10, 3)), RNG.integers(0, 10, size=(2, 5))
+    np.testing.assert_array_equal(table[tokens.T], table[tokens].transpose(1, 0, 2))
+
+
+def test_flax_gru_cell_has_fewer_biases_so_it_is_not_the_canonical_model():
+    """flax.linen.GRUCell: r, z with an input bias only; n with b_in and b_hn (4 bias vectors, not 6)."""
+    kernel, recurrent_kernel, input_bias, recurrent_bias = gru_weights()
+    x, h = RNG.normal(size=(2, 5)), RNG.normal(size=(2, 4))
+    hidden = 4
+    folded = input_bias.copy()
+    folded[:2 * hidden] += recurrent_bias[:2 * hidden]  # the forward matches only with b_hr, b_hz folded in
+    flax_recurrent_bias = np.concatenate([np.zeros(2 * hidden), recurrent_bias[2 * hidden:]])
+    np.testing.assert_allclose(gru_step_canonical(x, h, kernel, recurrent_kernel, folded, flax_recurrent_bias),
+                               gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias),
+                               rtol=1e-12)
+    # ... but it trains one bias where the canonical model trains two (b_ir + b_hr, b_iz + b_hz):
+    # each gets the gradient, so the sum moves twice as far under SGD, and the count is 2*hidden short
+    s = hyperparams.settings("gru", "full")
+    flax_cell = 3 * s.embedding_size * s.hidden_size + 3 * s.hidden_size ** 2 + 4 * s.hidden_size
+    canonical_cell = 3 * s.embedding_size * s.hidden_size + 3 * s.hidden_size ** 2 + 6 * s.hidden_size
+    assert canonical_cell - flax_cell == 2 * s.hidden_size == 200
+
+
+# --- optimizers (optax 0.2.8 as its source computes) ---------------------------------------------
+
+def test_optax_sgd_momentum_is_pytorchs_plain_momentum():
+    """optax.sgd(lr, momentum): trace t = g + m*t (optax.trace), update = -lr*t; PyTorch: v = m*v + g, w -= lr*v."""
+    lr, momentum = 0.01, 0.9
+    w_optax = w_torch = RNG.normal(size=5)
+    t = v = np.zeros(5)
+    for g in RNG.normal(size=(6, 5)):
+        t = g + momentum * t
+        w_optax = w_optax + (-lr) * t
+        v = momentum * v + g
+        w_torch = w_torch - lr * v
+    np.testing.assert_allclose(w_optax, w_torch, rtol=1e-12)
+
+
+def test_optax_adam_adds_epsilon_after_the_square_root_of_v_hat():
+    """optax.scale_by_adam(eps, eps_root=0): m_hat / (sqrt(v_hat + eps_root) + eps), as torch.optim.Adam."""
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    gradients = RNG.normal(size=(3, 6)) * np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0])
+    w_optax = w_torch = np.zeros(6)
+    m = v = mt = vt = np.zeros(6)
+    for step, g in enumerate(gradients, start=1):
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g  # optax: update_moment(_per_elem_norm)
+        m_hat, v_hat = m / (1 - b1 ** step), v / (1 - b2 ** step)  # bias_correction
+        w_optax = w_optax - lr * (m_hat / (np.sqrt(v_hat + 0.0) + eps))
+        mt = mt * b1 + g * (1 - b1)  # torch.optim.adam._single_tensor_adam
+        vt = vt * b2 + g * g * (1 - b2)
+        denominator = np.sqrt(vt) / np.sqrt(1 - b2 ** step) + eps
+        w_torch = w_torch - lr / (1 - b1 ** step) * mt / denominator
+    np.testing.assert_allclose(w_optax, w_torch, rtol=1e-10)
+
+
+def test_mean_softmax_cross_entropy_with_integer_labels():
+    """optax.softmax_cross_entropy_with_integer_labels(...).mean() = PyTorch's CrossEntropyLoss (mean)."""
+    logits, labels = RNG.normal(size=(4, 10)) * 5, np.array([0, 3, 9, 3])
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    optax_form = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(4), labels]
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(optax_form.mean(), -np.log(probabilities[np.arange(4), labels]).mean(), rtol=1e-12)
+
+
+# --- fp16 loss scaling (runtime/jax.py) -----------------------------------------------------------
+
+def loss_scale_update(scale, good, finite, interval=2000):
+    """runtime/jax.py's dynamic loss scale, as PyTorch's GradScaler: halve and skip on overflow."""
+    good = good + 1 if finite else 0
+    grow = good >= interval
+    scale = (scale * 2.0 if grow else scale) if finite else scale * 0.5
+    return scale, 0 if grow else good
+
+
+def test_loss_scale_halves_on_overflow_and_doubles_after_the_interval():
+    assert loss_scale_update(2.0**16, 5, finite=False) == (2.0**15, 0)
+    assert loss_scale_update(2.0**16, 1998, finite=True) == (2.0**16, 1999)
+    assert loss_scale_update(2.0**16, 1999, finite=True) == (2.0**17, 0)
+
+
+def test_int64_labels_become_int32_without_changing_them():
+    labels = np.arange(64, dtype=np.int64) % 10
+    np.testing.assert_array_equal(labels.astype(np.int32), labels)

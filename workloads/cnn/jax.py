@@ -1,0 +1,153 @@
+"""VGG-style CNN trained on CIFAR-10, in JAX: a Flax linen model, an Optax optimizer, one jax.jit step.
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+What to notice: the model is a pure function of an explicit parameter pytree; the step (forward,
+gradient, optimizer update) is one compiled XLA program, and dropout takes an explicit PRNG key.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import jax as env
+
+MATCHED = (
+    "input NCHW as every framework; the model transposes it to NHWC (Flax's layout) in the graph, "
+    "and back to NCHW before the flatten, so dense1's rows keep the canonical (C, H, W) order",
+    "convolution kernels stored HWIO: canonical OIHW transposed; dense kernels (in, out) as is",
+    "explicit padding ((1, 1), (1, 1)) on the 3x3 convolutions, as PyTorch's padding=1",
+    "Glorot-uniform kernels (Flax's default is LeCun-normal) and zero biases",
+    "optax.sgd(momentum=0.9) is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain)",
+    "loss optax.softmax_cross_entropy_with_integer_labels, mean over the batch",
+    "dropout takes an explicit PRNG key, split off anew inside every step",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class VGGStyleCNN(nn.Module):
+    s: object
+    dtype: object = jnp.float32  # compute dtype; parameters stay float32
+
+    @nn.compact
+    def __call__(self, images, train: bool = False):  # images: (N, C, H, W)
+        s = self.s
+
+        def conv(filters, name):  # padding 1 on each side: "same", as PyTorch's padding=1
+            return nn.Conv(filters, (3, 3), padding=((1, 1), (1, 1)), kernel_init=nn.initializers.glorot_uniform(),
+                           dtype=self.dtype, name=name)
+
+        def dense(units, name):
+            return nn.Dense(units, kernel_init=nn.initializers.glorot_uniform(), dtype=self.dtype, name=name)
+
+        def pool(x):
+            return nn.max_pool(x, (2, 2), strides=(2, 2))
+
+        def drop(x, rate):  # off at inference (lesson 5), and in the parity steps
+            return nn.Dropout(rate, deterministic=not train)(x)
+
+        x = jnp.transpose(images, (0, 2, 3, 1)).astype(self.dtype)  # -> NHWC
+        x = nn.relu(conv(s.conv1_filters, "conv1")(x))
+        x = conv(s.conv1_filters, "conv2")(x)
+        x = drop(nn.relu(pool(x)), s.dropout_conv)
+        x = nn.relu(conv(s.conv2_filters, "conv3")(x))
+        x = conv(s.conv2_filters, "conv4")(x)
+        x = drop(nn.relu(pool(x)), s.dropout_conv)
+        x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)  # flatten in (C, H, W) order
+        x = drop(nn.relu(dense(s.dense_units, "dense1")(x)), s.dropout_dense)
+        return dense(s.classes, "dense2")(x).astype(jnp.float32)  # logits: softmax lives in the loss
+
+
+def make_optimizer(s) -> optax.GradientTransformation:
+    # optax's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
+    return optax.sgd(s.learning_rate, momentum=s.momentum)
+
+
+def make_loss(model, dropout: bool = True):
+    def loss_of(params, images, labels, dropout_key):
+        logits = model.apply({"params": params}, images, train=dropout, rngs={"dropout": dropout_key})
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return loss_of
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(params: dict, canonical_params: dict) -> dict:
+    """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out). Returns new params."""
+    loaded = {}
+    for name in ("conv1", "conv2", "conv3", "conv4"):
+        loaded[name] = {"kernel": jnp.asarray(canonical.oihw_to_hwio(canonical_params[f"{name}.kernel"])),
+                        "bias": jnp.asarray(canonical_params[f"{name}.bias"])}
+    for name in ("dense1", "dense2"):
+        loaded[name] = {"kernel": jnp.asarray(canonical_params[f"{name}.kernel"]),
+                        "bias": jnp.asarray(canonical_params[f"{name}.bias"])}
+    assert jax.tree_util.tree_structure(loaded) == jax.tree_util.tree_structure(params)
+    for new, old in zip(jax.tree_util.tree_leaves(loaded), jax.tree_util.tree_leaves(params)):
+        assert new.shape == old.shape, (new.shape, old.shape)
+    return loaded
+
+
+def init_params(model, s):
+    images = jnp.zeros((1, *s.image_shape), jnp.float32)
+    return jax.jit(model.init)(jax.random.key(env.SEED), images)["params"]
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        model = VGGStyleCNN(s, dtype=env.compute_dtype(run.precision))
+        params = init_params(model, s)
+        optimizer = make_optimizer(s)
+        state = env.init_train_state(params, optimizer, run.precision)
+        train_step = env.make_train_step(make_loss(model), optimizer, run.precision)
+    run.set_parameter_count(env.parameter_count(params))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            state, loss = train_step(state, images, labels)  # the loss stays on the device
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        @jax.jit
+        def count_correct(params, images, labels):  # train=False: dropout off (lesson 5)
+            logits = model.apply({"params": params}, images, train=False)
+            return jnp.sum(jnp.argmax(logits, axis=1) == labels)
+
+        correct, total = jnp.zeros((), jnp.int32), 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            correct = env.track(correct + count_correct(state["params"], env.to_device(images), env.to_device(labels)))
+            total += len(labels)
+    run.record_accuracy(int(correct), total)
+    env.record_peak_memory(run)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    model = VGGStyleCNN(s)
+    weights = load_canonical(init_params(model, s), params)
+    run.set_parameter_count(env.parameter_count(weights))
+    forward = jax.jit(lambda p, x: model.apply({"params": p}, x, train=False))
+    logits = forward(weights, batch["x"])
+    optimizer = make_optimizer(s)
+    state = env.init_train_state(weights, optimizer, "fp32")
+    # dropout off for the steps too: dropout is random and frameworks' generators differ
+    train_step = env.make_train_step(make_loss(model, dropout=False), optimizer, "fp32")
+    for _ in range(canonical.PARITY_STEPS):
+        state, _ = train_step(state, batch["x"], batch["y"])
+    after = forward(state["params"], batch["x"])
+    return {"logits": jax.device_get(logits), "logits_after_training": jax.device_get(after)}

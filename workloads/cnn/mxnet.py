@@ -1,0 +1,131 @@
+"""VGG-style CNN trained on CIFAR-10, in MXNet Gluon (hybridized).
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+Gluon builds the model imperatively; ``hybridize`` turns it into one cached symbolic graph.
+"""
+import mxnet as mx
+from mxnet import autograd, gluon
+from mxnet.gluon import nn
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import mxnet as env
+
+MATCHED = (
+    "dense weights stored (out, in): canonical (in, out) transposed",
+    "Glorot-uniform kernels (Xavier uniform, avg fan, magnitude 3) and zero biases (Gluon's default bias)",
+    "SGD momentum is v = m*v - lr*g, w += v: the plain form (PyTorch's) for a constant learning rate",
+    "the loss is per sample and Trainer.step(batch_size) rescales gradients by 1/batch: the mean loss's gradient",
+    "padding=1 for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def vgg_style_cnn(s, dropout=True) -> nn.HybridSequential:
+    glorot = mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3)  # Glorot uniform, as Keras
+    channels = s.image_shape[0]
+    conv_rate, dense_rate = (s.dropout_conv, s.dropout_dense) if dropout else (0.0, 0.0)  # rate 0: identity
+    net = nn.HybridSequential()
+    net.add(
+        nn.Conv2D(s.conv1_filters, 3, padding=1, in_channels=channels, weight_initializer=glorot),  # "same"
+        nn.Activation("relu"),
+        nn.Conv2D(s.conv1_filters, 3, padding=1, in_channels=s.conv1_filters, weight_initializer=glorot),
+        nn.MaxPool2D(2, 2), nn.Activation("relu"), nn.Dropout(conv_rate),
+        nn.Conv2D(s.conv2_filters, 3, padding=1, in_channels=s.conv1_filters, weight_initializer=glorot),
+        nn.Activation("relu"),
+        nn.Conv2D(s.conv2_filters, 3, padding=1, in_channels=s.conv2_filters, weight_initializer=glorot),
+        nn.MaxPool2D(2, 2), nn.Activation("relu"), nn.Dropout(conv_rate),
+        nn.Flatten(),
+        nn.Dense(s.dense_units, in_units=s.conv2_filters * 8 * 8, weight_initializer=glorot),
+        nn.Activation("relu"), nn.Dropout(dense_rate),
+        nn.Dense(s.classes, in_units=s.dense_units, weight_initializer=glorot),  # logits: softmax lives in the loss
+    )
+    return net
+
+
+def build(s, context, dropout=True):
+    net = vgg_style_cnn(s, dropout)
+    net.initialize(ctx=context)
+    net.hybridize(static_alloc=True, static_shape=True)  # one cached graph, memory planned once
+    return net
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(net: nn.HybridSequential, params: dict) -> None:
+    """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
+    convolutions = [layer for layer in net if isinstance(layer, nn.Conv2D)]
+    denses = [layer for layer in net if isinstance(layer, nn.Dense)]
+    for layer, name in zip(convolutions, ("conv1", "conv2", "conv3", "conv4")):
+        layer.weight.set_data(mx.nd.array(params[f"{name}.kernel"]))
+        layer.bias.set_data(mx.nd.array(params[f"{name}.bias"]))
+    for layer, name in zip(denses, ("dense1", "dense2")):
+        layer.weight.set_data(mx.nd.array(canonical.dense_to_out_in(params[f"{name}.kernel"])))
+        layer.bias.set_data(mx.nd.array(params[f"{name}.bias"]))
+
+
+def make_trainer(net, s):
+    # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
+    return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": s.learning_rate, "momentum": s.momentum})
+
+
+def make_train_step(net, trainer, loss_function, batch_size):
+    def train_step(images, labels):
+        with autograd.record():  # train mode: dropout on
+            loss = loss_function(net(images), labels)  # per-sample losses
+        loss.backward()
+        trainer.step(batch_size)  # gradients / batch_size: the mean loss's gradient
+        return loss  # stays on the device: no host sync per step
+    return train_step
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    context = env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        net = build(s, context)
+        train_step = make_train_step(net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), s.batch_size)
+    run.set_parameter_count(env.parameter_count(net.collect_params()))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(env.to_device(images, context), env.to_device(labels, context))
+        run.end_epoch(loss.mean().asscalar())
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = mx.nd.zeros((1,), ctx=context), 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            predictions = net(env.to_device(images, context)).argmax(axis=1)  # outside record: dropout off
+            correct += (predictions == env.to_device(labels, context)).sum()
+            total += len(labels)
+    run.record_accuracy(int(correct.asscalar()), total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    context = env.select_device(run)
+    # Dropout off for the steps: a model built with dropout rate 0 (Gluon's Dropout(0) is the identity).
+    # Not autograd.record(train_mode=False): MXNet 1.9.1's CPU backward in predict mode returns wrong,
+    # run-to-run different gradients (pooling's backward), so the steps run in train mode.
+    net = build(s, context, dropout=False)
+    load_canonical(net, params)
+    run.set_parameter_count(env.parameter_count(net.collect_params()))
+    images, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
+    logits = net(images).asnumpy()
+    train_step = make_train_step(net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), len(batch["y"]))
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(images, labels)
+    after = net(images).asnumpy()
+    return {"logits": logits, "logits_after_training": after}

@@ -1,0 +1,134 @@
+"""VGG-style CNN trained on CIFAR-10, in MXNet's symbolic Module API.
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
+settings from workloads/common/hyperparams.py. The model is a symbol graph (mx.sym); a Module binds
+it to fixed shapes once and runs forward_backward + update: the API the 2018 study timed fastest.
+Softmax is folded into the loss (SoftmaxOutput: forward gives probabilities, backward the
+cross-entropy gradient).
+"""
+import mxnet as mx
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import mxnet as env
+
+MATCHED = (
+    "dense weights stored (out, in): canonical (in, out) transposed",
+    "Glorot-uniform kernels (Xavier uniform, avg fan, magnitude 3) and zero biases (MXNet's default bias)",
+    "SGD momentum is v = m*v - lr*g, w += v: the plain form (PyTorch's) for a constant learning rate",
+    "SoftmaxOutput's gradient is summed over the batch; the Module sets rescale_grad = 1/batch: "
+    "the mean loss's gradient",
+    "pad=(1, 1) for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def vgg_style_cnn(s, dropout=True) -> mx.sym.Symbol:
+    """The logits symbol; parameters are named <layer>_weight / <layer>_bias."""
+    def conv(x, name, filters):
+        return mx.sym.Convolution(x, num_filter=filters, kernel=(3, 3), pad=(1, 1), name=name)  # "same"
+
+    def drop(x, rate):
+        return mx.sym.Dropout(x, p=rate) if dropout else x  # active only in forward(is_train=True)
+
+    x = mx.sym.var("data")
+    x = mx.sym.relu(conv(x, "conv1", s.conv1_filters))
+    x = conv(x, "conv2", s.conv1_filters)
+    x = drop(mx.sym.relu(mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max")), s.dropout_conv)
+    x = mx.sym.relu(conv(x, "conv3", s.conv2_filters))
+    x = conv(x, "conv4", s.conv2_filters)
+    x = drop(mx.sym.relu(mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max")), s.dropout_conv)
+    x = mx.sym.Flatten(x)
+    x = drop(mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=s.dense_units, name="dense1")), s.dropout_dense)
+    return mx.sym.FullyConnected(x, num_hidden=s.classes, name="dense2")  # logits: softmax lives in the loss
+
+
+def build(s, context, batch_size, dropout=True) -> mx.mod.Module:
+    module = mx.mod.Module(mx.sym.SoftmaxOutput(vgg_style_cnn(s, dropout), name="softmax"),
+                           data_names=("data",), label_names=("softmax_label",), context=context)
+    module.bind(data_shapes=[("data", (batch_size, *s.image_shape))], label_shapes=[("softmax_label", (batch_size,))])
+    module.init_params(mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3))  # Glorot uniform
+    # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
+    # The Module sets rescale_grad = 1/batch_size itself.
+    module.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": s.learning_rate, "momentum": s.momentum})
+    return module
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(module: mx.mod.Module, params: dict) -> None:
+    """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
+    arguments = {}
+    for name in ("conv1", "conv2", "conv3", "conv4", "dense1", "dense2"):
+        kernel = params[f"{name}.kernel"]
+        arguments[f"{name}_weight"] = mx.nd.array(canonical.dense_to_out_in(kernel) if kernel.ndim == 2 else kernel)
+        arguments[f"{name}_bias"] = mx.nd.array(params[f"{name}.bias"])
+    module.set_params(arguments, {}, allow_missing=False, allow_extra=False)
+
+
+def make_train_step(module):
+    def train_step(images, labels):
+        module.forward_backward(mx.io.DataBatch(data=[images], label=[labels]))
+        module.update()
+        probabilities = module.get_outputs()[0]
+        return -mx.nd.log(mx.nd.pick(probabilities, labels)).mean()  # stays on the device: no host sync
+    return train_step
+
+
+def logits(module, s, images, context):
+    """A forward-only Module on the logits symbol that shares the trained Module's parameters."""
+    inference = mx.mod.Module(vgg_style_cnn(s), data_names=("data",), label_names=None, context=context)
+    inference.bind(data_shapes=[("data", images.shape)], for_training=False, shared_module=module)
+    inference.forward(mx.io.DataBatch(data=[images]), is_train=False)
+    return inference.get_outputs()[0]
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    context = env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        module = build(s, context, s.batch_size)
+        train_step = make_train_step(module)
+    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(env.to_device(images, context), env.to_device(labels, context))
+        run.end_epoch(loss.asscalar())
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = mx.nd.zeros((1,), ctx=context), 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            labels = env.to_device(labels, context)  # a smaller last batch makes the Module reshape itself
+            module.forward(mx.io.DataBatch(data=[env.to_device(images, context)], label=[labels]), is_train=False)
+            correct += (module.get_outputs()[0].argmax(axis=1) == labels).sum()  # is_train=False: dropout off
+            total += len(labels)
+    run.record_accuracy(int(correct.asscalar()), total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    context = env.select_device(run)
+    # dropout off for the steps too (dropout is random and frameworks' generators differ): the model
+    # is built without its Dropout operators; forward_backward runs in training mode.
+    module = build(s, context, len(batch["y"]), dropout=False)
+    load_canonical(module, params)
+    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
+    images, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
+    before = logits(module, s, images, context).asnumpy()
+    train_step = make_train_step(module)
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(images, labels)
+    after = logits(module, s, images, context).asnumpy()
+    return {"logits": before, "logits_after_training": after}
