@@ -30,6 +30,8 @@ class Variant:
     package: str | None = None  # overrides the framework's package (e.g. tensorflow-cpu vs tensorflow)
     # the newest GPU architecture its CUDA build can target (e.g. "8.6" for CUDA 11.2); None: any
     max_compute_capability: str | None = None
+    # pip constraints for building sdists in isolation (PIP_CONSTRAINT), e.g. chainer's setuptools<81
+    build_constraints: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def load_framework(folder: Path) -> Framework:
         variants[name] = Variant(name=name, device=spec["device"], requirements=requirements,
                                  cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""),
                                  package=spec.get("package"),
-                                 max_compute_capability=spec.get("max_compute_capability"))
+                                 max_compute_capability=spec.get("max_compute_capability"),
+                                 build_constraints=folder / spec["build_constraints"] if "build_constraints" in spec else None)
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))

@@ -58,6 +58,8 @@ class LocalBackend:
             raise UserError(f"{variant.requirements} is missing: every variant needs its pinned requirements")
         digest = hashlib.sha256()
         digest.update(variant.requirements.read_bytes())
+        if variant.build_constraints:
+            digest.update(variant.build_constraints.read_bytes())
         digest.update(sys.version.encode())
         return self.cache_dir / "venvs" / f"{framework}-{variant.name}-{digest.hexdigest()[:12]}"
 
@@ -88,6 +90,9 @@ class LocalBackend:
         environment = dict(os.environ)
         if variant.device == "cuda":
             environment.pop("PIP_FIND_LINKS", None)  # a local CPU wheel must not stand in for a CUDA build
+        if variant.build_constraints:
+            # reaches pip's isolated sdist builds too, which a requirements file cannot
+            environment["PIP_CONSTRAINT"] = str(variant.build_constraints)
         steps = [[sys.executable, "-m", "venv", str(venv)],
                  [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(variant.requirements)]]
         with open(log_path, "w") as log:
