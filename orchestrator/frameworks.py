@@ -44,6 +44,7 @@ class Framework:
     workloads: tuple[str, ...]
     python: str | None = None
     package: str | None = None  # the pinned package whose version names the image tag
+    runtime: str | None = None  # workloads/runtime/<runtime>.py, when shared (mxnet-module uses mxnet's)
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -77,11 +78,11 @@ def load_framework(folder: Path) -> Framework:
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))
-    known = {"display_name", "python", "default_variant", "notes", "variants", "package"}
+    known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime"}
     return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
                      variants=variants, default_variant=default_variant,
                      workloads=implemented_workloads(folder.name), python=metadata.get("python"),
-                     package=metadata.get("package"),
+                     package=metadata.get("package"), runtime=metadata.get("runtime"),
                      notes=metadata.get("notes", ""),
                      extra={k: v for k, v in metadata.items() if k not in known})
 

@@ -101,7 +101,8 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     for path in sorted(WORKLOADS_DIR.rglob("*.py")):
         relative = path.relative_to(WORKLOADS_DIR)
         parts = relative.parts
-        if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module):
+        if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
+                or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
             files[f"workloads/{relative.as_posix()}"] = path
     return files
 

@@ -212,3 +212,15 @@ def test_a_second_framework_builds_and_runs_in_containers(docker_client, tmp_pat
     assert sorted((r.cell.workload, r.status) for r in results) == [("cnn", "ok"), ("gru", "ok"), ("resnet50", "ok")]
     assert all(r.provenance.image_id == image.id and r.provenance.user_id == 10001 for r in results)
     assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
+
+
+def test_every_image_context_holds_the_modules_its_workloads_import():
+    """A workload file's `from workloads.runtime import X` must find X inside that image."""
+    import re
+
+    for framework in REGISTRY.values():
+        for variant in framework.variants.values():
+            files = images.context_files(framework, variant, options())
+            for name in [n for n in files if n.startswith("workloads/") and n.endswith(".py")]:
+                for imported in re.findall(r"^from workloads\.runtime import (\w+)", Path(files[name]).read_text(), re.M):
+                    assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
