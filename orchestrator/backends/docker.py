@@ -148,7 +148,7 @@ class DockerBackend:
             if container is not None:
                 self._remove(container)
             shutil.rmtree(job.work_dir, ignore_errors=True)
-        self._record_image(result, image)
+        self._record_image(result, image, reference)
         return result
 
     def _prepare_scratch(self, job: CellJob) -> Path:
@@ -252,11 +252,14 @@ class DockerBackend:
         result.provenance.backend = self.name
         return result
 
-    def _record_image(self, result: Result, image) -> None:
+    def _record_image(self, result: Result, image, reference: str | None = None) -> None:
         result.provenance.backend = self.name
         result.provenance.image_id = image.id
         digests = image.attrs.get("RepoDigests") or []
-        result.provenance.image_digest = digests[0] if digests else None
+        # prefer the digest from the registry the image was asked for (it may sit in several)
+        repository = reference.rsplit(":", 1)[0] if reference and "@" not in reference else None
+        matching = [d for d in digests if repository and d.split("@")[0] == repository]
+        result.provenance.image_digest = (matching or digests or [None])[0]
 
     def remove_leftovers(self) -> int:
         """Remove this backend's containers that an interrupted run may have left behind."""
