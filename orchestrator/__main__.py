@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -248,6 +249,8 @@ def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table
     table.add_row("Python", f"{platform.python_version()} at {sys.executable}")
     engine = host.docker_engine()
     table.add_row("Docker engine", engine.detail + ("" if engine.available else "  -> run-matrix uses the local backend"))
+    if engine.available:
+        table.add_row("leftover cell containers", _leftover_containers())
     gpus = host.gpus()
     table.add_row("GPUs", "\n".join(gpus) if gpus else "none (CUDA variants will be recorded as unsupported)")
     venvs = (Path(cache_dir) if cache_dir else default_cache_dir()) / "venvs"
@@ -257,6 +260,20 @@ def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table
     present = [remote.filename for remote in (data.CIFAR10, data.IMDB) if (folder / remote.filename).is_file()]
     table.add_row("datasets cached", f"{', '.join(present) or 'none'} in {folder}")
     return table
+
+
+def _leftover_containers() -> str:
+    """Cell containers that a killed run left on the engine (a finished run leaves none)."""
+    from orchestrator.backends.docker import CELL_LABEL, connect
+
+    try:
+        found = connect().containers.list(all=True, filters={"label": CELL_LABEL})
+    except Exception as error:  # noqa: BLE001 - doctor reports, it does not fail
+        return f"could not list them ({str(error).splitlines()[0][:120]})"
+    if not found:
+        return "none"
+    ids = " ".join(container.short_id for container in found)
+    return f"{len(found)} (remove them with `docker rm -f {ids}`)"
 
 
 # --- argument parsing ---------------------------------------------------------------------------
@@ -389,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _interrupt_on_sigterm(signum, frame) -> None:
+    """`kill` (or a CI job's time limit) ends a run as Ctrl-C does, so the running cell's process or
+    container is removed and finished cells stay on disk for --resume."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
     os.environ.setdefault("MPLBACKEND", "Agg")
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     sys.exit(main())

@@ -120,8 +120,10 @@ def test_auto_backend_says_why_it_runs_locally(monkeypatch, capsys):
     assert "No Docker engine answered; using the local backend" in capsys.readouterr().err
 
 
-def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path):
-    """SIGINT while a cell hangs: exit 130, the finished cell stays on disk, the cell's process is gone."""
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_name):
+    """SIGINT (Ctrl-C) or SIGTERM (kill, a CI timeout) while a cell hangs: exit 130, the finished
+    cell stays on disk, the cell's process is gone."""
     import signal
     import time
 
@@ -140,7 +142,7 @@ def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path):
     deadline = time.monotonic() + 60
     while not (tmp_path / "hanging.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(getattr(signal, signal_name))
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "interrupted" in err and "--resume" in err

@@ -140,10 +140,16 @@ def test_registry_unreachable(docker_client, pytorch_image, capsys):
     assert "is the registry 127.0.0.1:9 running and reachable" in capsys.readouterr().err
 
 
+def cell_containers(client) -> set[str]:
+    """Ids of the containers labelled as Rosetta Bench cells, whatever their state."""
+    return {c.id for c in client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})}
+
+
 def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_path):
     """run-matrix --backend docker, pulling from the registry: ok cells with image digests, run as a
     non-root user without network, and no container left behind."""
     assert main(["push", "pytorch", "--registry", registry]) == 0
+    before = cell_containers(docker_client)  # an earlier, killed run's may be there: not ours
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "pytorch",
                "--profile", "smoke", "--data", "synthetic", "--registry", registry, "--pull",
                "--results-dir", str(tmp_path / "run"), "--timeout", "600"]
@@ -158,7 +164,7 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_
         assert provenance.image_digest and provenance.image_digest.startswith(f"{registry}/rosetta-pytorch@sha256:")
         assert provenance.user_id == 10001 and provenance.network_interfaces == ["lo"]
     assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
-    assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
+    assert cell_containers(docker_client) - before == set()
     assert (tmp_path / "run" / "report.html").is_file()
 
 
@@ -203,6 +209,7 @@ def test_a_second_framework_builds_and_runs_in_containers(docker_client, tmp_pat
     assert main(["build", "tensorflow", "--variant", "cpu", "--base-image", BASE_IMAGE]) == 0
     image = docker_client.images.get(images.image_tag(tensorflow, tensorflow.variants["cpu"]))
     assert image.labels["io.rosetta-bench.framework"] == "tensorflow"
+    before = cell_containers(docker_client)
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "tensorflow",
                "--variants", "cpu", "--profile", "smoke", "--data", "synthetic",
                "--results-dir", str(tmp_path / "run"), "--timeout", "900"]
@@ -211,7 +218,7 @@ def test_a_second_framework_builds_and_runs_in_containers(docker_client, tmp_pat
     results = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
     assert sorted((r.cell.workload, r.status) for r in results) == [("cnn", "ok"), ("gru", "ok"), ("resnet50", "ok")]
     assert all(r.provenance.image_id == image.id and r.provenance.user_id == 10001 for r in results)
-    assert not docker_client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})
+    assert cell_containers(docker_client) - before == set()
 
 
 def test_every_image_context_holds_the_modules_its_workloads_import():
