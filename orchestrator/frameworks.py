@@ -32,6 +32,9 @@ class Variant:
     max_compute_capability: str | None = None
     # pip constraints for building sdists in isolation (PIP_CONSTRAINT), e.g. chainer's setuptools<81
     build_constraints: Path | None = None
+    # the Python its image runs (major.minor), when it is not the framework's (e.g. "3.8" on an old
+    # CUDA base); the local backend can only build environments for its own Python
+    python: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def load_framework(folder: Path) -> Framework:
                                  cuda=spec.get("cuda"), base_image=spec.get("base_image"), gpus=spec.get("gpus", ""),
                                  package=spec.get("package"),
                                  max_compute_capability=spec.get("max_compute_capability"),
-                                 build_constraints=folder / spec["build_constraints"] if "build_constraints" in spec else None)
+                                 build_constraints=folder / spec["build_constraints"] if "build_constraints" in spec else None,
+                                 python=str(spec.get("python") or metadata.get("python") or "") or None)
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))

@@ -119,3 +119,19 @@ def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts
                       "to 8.6, so it needs a build for 9.0 or newer")
     assert backend.unsupported_reason(cell, new) is None
     assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt")) is None
+
+
+def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path):
+    """CNTK's Python 3.6, an old CUDA base's 3.8: the local backend cannot build that environment
+    from this host's Python, so the cell says so (and names the ways to run it) before it starts."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cell = Cell("pytorch", "cnn")
+    backend = LocalBackend(REGISTRY, cache_dir=tmp_path)
+    old = frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python="3.6")
+    reason = backend.unsupported_reason(cell, old)
+    assert reason == (f"defined, not run on this host: the cpu variant needs Python 3.6 (this host runs {here}); "
+                      "run it in its image (--backend docker) or pass --python")
+    assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python=here)) is None
+    given = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "pass"))
+    assert given.unsupported_reason(cell, old) is None  # --python: the user vouches for the interpreter
+    assert all(v.python == "3.11" for v in REGISTRY["pytorch"].variants.values())  # inherited from the framework

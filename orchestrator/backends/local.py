@@ -109,11 +109,24 @@ class LocalBackend:
     # --- cells ----------------------------------------------------------------------------------
 
     def unsupported_reason(self, cell, variant: Variant) -> str | None:
+        if problem := self._python_mismatch(variant):
+            return problem
         if variant.device != "cuda":
             return None
         if not self._host_gpus():
             return "no GPU runtime on this host (nvidia-smi lists no GPU)"
         return gpu_mismatch(variant, host.gpu_compute_capabilities(), self.gpus)
+
+    def _python_mismatch(self, variant: Variant) -> str | None:
+        """A variant pinned to another Python (CNTK's 3.6, an old CUDA base's 3.8) cannot get an
+        environment from this host's interpreter; its image, or --python, can run it."""
+        if self.python or not variant.python:
+            return None
+        here = f"{sys.version_info.major}.{sys.version_info.minor}"
+        if variant.python == here:
+            return None
+        return (f"defined, not run on this host: the {variant.name} variant needs Python {variant.python} "
+                f"(this host runs {here}); run it in its image (--backend docker) or pass --python")
 
     def _host_gpus(self) -> list[str]:
         if self._gpus_seen is None:
