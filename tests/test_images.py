@@ -231,3 +231,27 @@ def test_every_image_context_holds_the_modules_its_workloads_import():
             for name in [n for n in files if n.startswith("workloads/") and n.endswith(".py")]:
                 for imported in re.findall(r"^from workloads\.runtime import (\w+)", Path(files[name]).read_text(), re.M):
                     assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
+
+
+def test_every_image_runs_its_workload_files_on_the_python_its_variant_declares():
+    """Old CUDA bases bring old Pythons (MXNet cu112 and Chainer cu110 run 3.8): every file such an
+    image holds must work there. vermin reads the syntax, library calls and keyword arguments that
+    need a newer Python (a "# novermin" comment marks a line guarded for older ones); this host can
+    only run its own."""
+    vermin = pytest.importorskip("vermin")
+    import subprocess
+
+    checked = set()
+    for framework in REGISTRY.values():
+        for variant in framework.variants.values():
+            target = variant.python or framework.python
+            if not target or (framework.name, target) in checked:
+                continue
+            checked.add((framework.name, target))
+            files = images.context_files(framework, variant, options())
+            sources = [str(files[n]) for n in files if n.startswith("workloads/") and n.endswith(".py")]
+            command = [sys.executable, "-c", "import sys; from vermin.main import main; sys.exit(main())",
+                       "--no-tips", "--violations", f"-t={target}-", *sources]
+            completed = subprocess.run(command, capture_output=True, text=True)
+            assert completed.returncode == 0, f"{framework.name} ({target}):\n{completed.stdout[-3000:]}"
+    assert ("chainer", "3.8") in checked and vermin

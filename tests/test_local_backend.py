@@ -135,3 +135,15 @@ def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path):
     given = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "pass"))
     assert given.unsupported_reason(cell, old) is None  # --python: the user vouches for the interpreter
     assert all(v.python == "3.11" for v in REGISTRY["pytorch"].variants.values())  # inherited from the framework
+
+
+def test_chainers_cuda_build_refuses_gpus_newer_than_cuda_11_0():
+    """Chainer 7.8.1 takes CuPy 7.x only, built for CUDA <= 11.0: an A100 runs it, a Hopper cannot."""
+    from orchestrator.backends import gpu_mismatch
+
+    cu110 = REGISTRY["chainer"].variants["cu110"]
+    assert cu110.python == "3.8" and cu110.cuda == "11.0"
+    assert gpu_mismatch(cu110, [("NVIDIA A100-SXM4-80GB", "8.0")]) is None
+    assert gpu_mismatch(cu110, [("NVIDIA H200", "9.0")]) == (
+        "unsupported on this GPU: NVIDIA H200 has compute capability 9.0; CUDA 11.0 targets up to 8.0, "
+        "so it needs a build for 9.0 or newer")

@@ -16,7 +16,7 @@ from workloads.common.hyperparams import SEED
 
 def select_device(run: Run):
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
-    gpu_available = cuda.available and cuda.cupy.cuda.runtime.getDeviceCount() > 0
+    gpu_available = cuda.available and _cuda_device_count() > 0
     if run.requested_device == "cuda" and not gpu_available:
         reason = "CuPy is not installed" if not cuda.available else "no CUDA GPU visible to CuPy"
         raise Unsupported(f"{reason}: Chainer reaches a GPU only through CuPy")
@@ -58,6 +58,14 @@ def select_device(run: Run):
             extras={"layout": "NCHW / TNC", "backend": "numpy", "numpy_version": np.__version__},
         )
     return device
+
+
+def _cuda_device_count() -> int:
+    """CuPy installed but no driver or GPU (a CUDA image on a CPU host) raises; that means none."""
+    try:
+        return cuda.cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 - cupy.cuda.runtime.CUDARuntimeError, or a missing libcuda
+        return 0
 
 
 def to_device(array, device):
