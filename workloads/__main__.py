@@ -6,8 +6,6 @@
 Exit codes (the contract with the host): 0 = ok, 3 = unsupported here (reason in the result),
 anything else = failed (the result says why when it could still be written).
 """
-from __future__ import annotations
-
 import argparse
 import importlib
 import os
@@ -15,6 +13,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import List, Optional
 
 import numpy as np
 
@@ -25,13 +24,13 @@ from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
 EXIT_FAILED = 1
 
 
-def available_frameworks(workload: str) -> list[str]:
+def available_frameworks(workload: str) -> List[str]:
     """A file is the registration: workloads/<workload>/<framework>.py."""
     folder = Path(__file__).parent / workload
     return sorted(name for p in folder.glob("*.py") if not p.stem.startswith("_") for name in naming.frameworks_of(p.stem))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__.split("\n")[0])
     parser.add_argument("workload", choices=hyperparams.WORKLOADS)
     parser.add_argument("--framework", default=os.environ.get("ROSETTA_FRAMEWORK"),
@@ -52,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     choices = available_frameworks(args.workload)
     if args.framework not in choices:

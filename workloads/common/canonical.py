@@ -32,9 +32,8 @@ Parity outputs (what ``parity()`` in each workload file returns, as float arrays
 - resnet50: "features" (batch, 2048) in inference mode (batch norm on moving statistics)
 All in fp32, loss = mean softmax cross-entropy over the batch, the workload's own learning rate.
 """
-from __future__ import annotations
-
 from pathlib import Path
+from typing import Dict, Tuple, Union
 
 import numpy as np
 
@@ -77,10 +76,10 @@ def _batch_norm(rng, params, name, channels, gamma_scale=1.0):
     params[f"{name}.moving_variance"] = rng.uniform(0.5, 1.5, size=channels).astype(np.float32)
 
 
-def cnn_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
+def cnn_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
     s = hyperparams.settings("cnn", "full")
     rng = np.random.default_rng(seed)
-    params: dict[str, np.ndarray] = {}
+    params: Dict[str, np.ndarray] = {}
     channels = s.image_shape[0]
     _conv(rng, params, "conv1", s.conv1_filters, channels, 3)
     _conv(rng, params, "conv2", s.conv1_filters, s.conv1_filters, 3)
@@ -91,9 +90,9 @@ def cnn_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
     return params
 
 
-def resnet50_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
+def resnet50_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    params: dict[str, np.ndarray] = {}
+    params: Dict[str, np.ndarray] = {}
     _conv(rng, params, "stem.conv", 64, 3, 7, bias=False)
     _batch_norm(rng, params, "stem.bn", 64)
     in_channels = 64
@@ -115,7 +114,7 @@ def resnet50_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
     return params
 
 
-def gru_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
+def gru_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
     s = hyperparams.settings("gru", "full")
     rng = np.random.default_rng(seed)
     hidden = s.hidden_size
@@ -130,11 +129,11 @@ def gru_parameters(seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
     return params
 
 
-def parameters(workload: str, seed: int = hyperparams.SEED) -> dict[str, np.ndarray]:
+def parameters(workload: str, seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
     return {"cnn": cnn_parameters, "resnet50": resnet50_parameters, "gru": gru_parameters}[workload](seed)
 
 
-def parity_batch(workload: str, seed: int = hyperparams.SEED + 1) -> dict[str, np.ndarray]:
+def parity_batch(workload: str, seed: int = hyperparams.SEED + 1) -> Dict[str, np.ndarray]:
     """A fixed input batch (and labels for the training workloads)."""
     rng = np.random.default_rng(seed)
     size = PARITY_BATCH[workload]
@@ -150,12 +149,12 @@ def parity_batch(workload: str, seed: int = hyperparams.SEED + 1) -> dict[str, n
     return batch
 
 
-def parameter_count(params: dict[str, np.ndarray]) -> int:
+def parameter_count(params: Dict[str, np.ndarray]) -> int:
     """Trainable parameters only: batch norm's moving statistics are state, not parameters."""
     return int(sum(a.size for name, a in params.items() if not name.endswith((".moving_mean", ".moving_variance"))))
 
 
-def write(folder: str | Path, workload: str) -> Path:
+def write(folder: Union[str, Path], workload: str) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     np.savez(folder / WEIGHTS_FILE, **parameters(workload))
@@ -163,7 +162,7 @@ def write(folder: str | Path, workload: str) -> Path:
     return folder
 
 
-def load(folder: str | Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def load(folder: Union[str, Path]) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
     """Canonical weights and batch; plain arrays only (never unpickled)."""
     folder = Path(folder)
     with np.load(folder / WEIGHTS_FILE, allow_pickle=False) as weights, \

@@ -6,8 +6,6 @@ inside a container the loaders then find the verified archive and the parsed cac
 
 Every expected failure raises ``DataError`` with one line naming the file and the fix.
 """
-from __future__ import annotations
-
 import hashlib
 import http.client
 import itertools
@@ -22,8 +20,8 @@ import time
 import urllib.error
 import urllib.request
 import zlib
-from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from dataclasses import dataclass  # novermin (Python 3.6 images install the dataclasses backport)
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -73,7 +71,7 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     source: str  # "real" or "synthetic"
-    checksum: str | None = None  # "md5:<hex>" / "sha256:<hex>" of the archive for real data
+    checksum: Optional[str] = None  # "md5:<hex>" / "sha256:<hex>" of the archive for real data
 
 
 def default_data_dir() -> pathlib.Path:
@@ -87,8 +85,8 @@ def default_data_dir() -> pathlib.Path:
 # --- download and verification -----------------------------------------------------------------
 
 
-def fetch(remote: RemoteFile, data_dir: str | os.PathLike, *, offline: bool = False,
-          progress: ProgressCallback | None = None) -> pathlib.Path:
+def fetch(remote: RemoteFile, data_dir: Union[str, os.PathLike], *, offline: bool = False,
+          progress: Optional[ProgressCallback] = None) -> pathlib.Path:
     """Return ``data_dir/remote.filename``, verified against its checksum, downloading it if absent."""
     data_dir = pathlib.Path(data_dir)
     target = data_dir / remote.filename
@@ -108,7 +106,7 @@ def _cannot_download(remote: RemoteFile, data_dir: pathlib.Path, reason: str) ->
 
 
 def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
-              progress: ProgressCallback | None) -> None:
+              progress: Optional[ProgressCallback]) -> None:
     """Stream the file to a temp name beside the target, hashing as it comes, then rename it."""
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +151,7 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
     _write_stamp(remote, target)
 
 
-def _content_length(response) -> int | None:
+def _content_length(response) -> Optional[int]:
     value = response.headers.get("Content-Length") if getattr(response, "headers", None) is not None else None
     try:
         return int(value) if value is not None else None
@@ -223,7 +221,7 @@ class _TextProgressBar:
         self.width = width
         self.last_draw = 0.0
 
-    def __call__(self, done: int, total: int | None) -> None:
+    def __call__(self, done: int, total: Optional[int]) -> None:
         finished = total is not None and done >= total
         now = time.monotonic()
         if not finished and now - self.last_draw < 0.2:
@@ -242,7 +240,7 @@ class _TextProgressBar:
 # --- CIFAR-10 ----------------------------------------------------------------------------------
 
 
-def load_cifar10(data_dir: str | os.PathLike, *, remote: RemoteFile = CIFAR10, offline: bool = False) -> Dataset:
+def load_cifar10(data_dir: Union[str, os.PathLike], *, remote: RemoteFile = CIFAR10, offline: bool = False) -> Dataset:
     """CIFAR-10: x float32 (N, 3, 32, 32) scaled to [0, 1], y int64; 50k train / 10k test."""
     data_dir = pathlib.Path(data_dir)
     archive = fetch(remote, data_dir, offline=offline)
@@ -348,7 +346,7 @@ def _check_cifar10_arrays(arrays: dict) -> bool:
 # --- IMDB --------------------------------------------------------------------------------------
 
 
-def load_imdb(data_dir: str | os.PathLike, *, settings, remote: RemoteFile = IMDB, offline: bool = False) -> Dataset:
+def load_imdb(data_dir: Union[str, os.PathLike], *, settings, remote: RemoteFile = IMDB, offline: bool = False) -> Dataset:
     """IMDB as Keras preprocesses it: x int32 (N, sequence_length), y int64; 25k train / 25k test.
 
     Rows come in the order of ``keras.datasets.imdb.load_data`` (seed 113), so the file's
@@ -392,7 +390,7 @@ def _parse_imdb_archive(remote: RemoteFile, archive: pathlib.Path, options: dict
 
 
 def preprocess_imdb(sequences: Sequence[Sequence[int]], *, vocabulary: int, sequence_length: int,
-                    start_char: int | None, oov_char: int, index_from: int) -> np.ndarray:
+                    start_char: Optional[int], oov_char: int, index_from: int) -> np.ndarray:
     """Keras preprocessing, vectorised: ``[start_char] + [w + index_from ...]``, indices
     ``>= vocabulary`` → ``oov_char``, keep the last ``sequence_length`` tokens, zero-pad at the end.
 
@@ -414,7 +412,7 @@ def preprocess_imdb(sequences: Sequence[Sequence[int]], *, vocabulary: int, sequ
 
 
 def _pad_flat_reviews(flat_words: np.ndarray, flat_lengths: np.ndarray, full_lengths: np.ndarray, *,
-                      vocabulary: int, sequence_length: int, start_char: int | None, oov_char: int,
+                      vocabulary: int, sequence_length: int, start_char: Optional[int], oov_char: int,
                       index_from: int) -> np.ndarray:
     """Scatter concatenated reviews into padded rows without a per-review loop.
 
@@ -462,7 +460,7 @@ def _check_imdb_arrays(arrays: dict, sequence_length: int) -> bool:
 _SPLITS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def _read_cache(cache_dir: pathlib.Path, check: Callable[[dict], bool]) -> dict | None:
+def _read_cache(cache_dir: pathlib.Path, check: Callable[[dict], bool]) -> Optional[dict]:
     """The cached arrays (memory-mapped, read lazily), or None when absent or unusable."""
     try:
         if (cache_dir / "format").read_text().strip() != str(_CACHE_FORMAT):
@@ -589,8 +587,8 @@ def random_images(count: int, shape: Iterable[int], *, seed: int) -> np.ndarray:
 # --- host-side preparation ---------------------------------------------------------------------
 
 
-def prepare(name: str, data_dir: str | os.PathLike, *, settings=None, offline: bool = False,
-            progress: ProgressCallback | None = None) -> pathlib.Path:
+def prepare(name: str, data_dir: Union[str, os.PathLike], *, settings=None, offline: bool = False,
+            progress: Optional[ProgressCallback] = None) -> pathlib.Path:
     """Fetch, verify and cache a dataset ("cifar10" or "imdb") on the host, before containers start.
 
     Returns the archive's path.

@@ -7,8 +7,6 @@ before every clock read, times the first training step apart from the rest (comp
 autotuning land there), and keeps every raw sample. It never syncs inside a training epoch
 except once after the very first step.
 """
-from __future__ import annotations
-
 import contextlib
 import datetime
 import os
@@ -17,7 +15,7 @@ import resource
 import socket
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -36,7 +34,7 @@ def _no_sync() -> None:
 class Run:
     """One cell's run: its settings, its result record and the clocks."""
 
-    def __init__(self, cell: Cell, *, device: str = "auto", data_dir: str | os.PathLike | None = None):
+    def __init__(self, cell: Cell, *, device: str = "auto", data_dir: Optional[Union[str, os.PathLike]] = None):
         self.cell = cell
         self.settings = hyperparams.settings(cell.workload, cell.profile)
         self.precision = cell.precision
@@ -86,7 +84,7 @@ class Run:
         count = settings.batch_size * max(settings.batches, settings.warmup_batches)
         return data.random_images(count, settings.image_shape, seed=hyperparams.SEED)
 
-    def _synthetic_sizes(self, full_train: int, full_test: int) -> tuple[int, int]:
+    def _synthetic_sizes(self, full_train: int, full_test: int) -> Tuple[int, int]:
         """Synthetic data only as large as the profile consumes, so smoke runs stay quick."""
         settings = self.settings
         train = full_train if settings.max_train_batches is None else settings.max_train_batches * settings.batch_size
@@ -100,7 +98,7 @@ class Run:
 
     # --- training -------------------------------------------------------------------------------
 
-    def train_batches(self, x: np.ndarray, y: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def train_batches(self, x: np.ndarray, y: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         """One epoch of shuffled, complete mini-batches, timed as a whole.
 
         The device is synchronised when the epoch starts and ends, and once after the very first
@@ -133,7 +131,7 @@ class Run:
         print(f"epoch {len(self.result.samples.epoch_losses)}: {self.result.samples.epoch_times_s[-1]:.2f} s, "
               f"loss {float(loss):.4f}", file=sys.stderr)
 
-    def eval_batches(self, x: np.ndarray, y: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def eval_batches(self, x: np.ndarray, y: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         """The test set in order, the last partial batch included (capped by the profile)."""
         settings = self.settings
         batches = -(-len(x) // settings.batch_size)
@@ -214,7 +212,7 @@ class Run:
         provenance.network_interfaces = network_interfaces()
 
 
-def cpu_model() -> str | None:
+def cpu_model() -> Optional[str]:
     try:
         with open("/proc/cpuinfo") as stream:
             for line in stream:
@@ -225,7 +223,7 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def network_interfaces() -> list[str]:
+def network_interfaces() -> List[str]:
     """The interfaces this process sees; a container run without network has only loopback."""
     try:
         return sorted(os.listdir("/sys/class/net"))
@@ -233,7 +231,7 @@ def network_interfaces() -> list[str]:
         return []
 
 
-def nvidia_driver_version() -> str | None:
+def nvidia_driver_version() -> Optional[str]:
     """The kernel driver's version, readable inside a container without nvidia-smi."""
     try:
         with open("/proc/driver/nvidia/version") as stream:
@@ -248,7 +246,7 @@ def nvidia_driver_version() -> str | None:
 
 
 def _as_dict(settings) -> dict:
-    import dataclasses
+    import dataclasses  # novermin (Python 3.6: the backport)
 
     return {key: list(value) if isinstance(value, tuple) else value
             for key, value in dataclasses.asdict(settings).items()}

@@ -4,10 +4,9 @@ Profile ``full`` is exactly the original study's settings. Profile ``smoke`` run
 models on a few batches so that one cell takes seconds on a CPU; it changes only how much work
 is done (batches, epochs), never the model or the optimizer.
 """
-from __future__ import annotations
-
-import dataclasses
-from dataclasses import dataclass
+import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
+from dataclasses import dataclass  # novermin
+from typing import Optional
 
 WORKLOADS = ("cnn", "resnet50", "gru")
 PROFILES = ("smoke", "full")
@@ -33,8 +32,8 @@ class CNNSettings:
     momentum: float = 0.9  # plain momentum, no "unit gain"
     batch_size: int = 64
     epochs: int = 10
-    max_train_batches: int | None = None  # per epoch; None = every complete batch
-    max_eval_batches: int | None = None
+    max_train_batches: Optional[int] = None  # per epoch; None = every complete batch
+    max_eval_batches: Optional[int] = None
     # the published reference parameter count, checked by the tests for each framework
     parameter_count: int = 3_441_592
 
@@ -69,8 +68,8 @@ class GRUSettings:
     epsilon: float = 1e-8
     batch_size: int = 64
     epochs: int = 3
-    max_train_batches: int | None = None
-    max_eval_batches: int | None = None
+    max_train_batches: Optional[int] = None
+    max_eval_batches: Optional[int] = None
     parameter_count: int = 3_818_302  # cuDNN-style GRU: two bias vectors per gate
 
 

@@ -3,16 +3,15 @@
 Standard library only, so both sides share it. ``schema/result.schema.json`` is generated from
 these dataclasses (``python -m workloads.common.result``) and a test keeps the two in step.
 """
-from __future__ import annotations
-
-import dataclasses
+import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
 import json
 import os
 import sys
 import tempfile
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field  # novermin
 from pathlib import Path
+from typing import Dict, List, Optional, Union
 
 SCHEMA_VERSION = 1
 
@@ -52,56 +51,56 @@ class Cell:
 class Metrics:
     """Derived figures; None where a figure does not apply to the workload."""
 
-    train_time_s: float | None = None  # every epoch, first step included (the study's figure)
-    steady_state_time_s: float | None = None  # training time after the first (warm-up) step
-    samples_per_s: float | None = None
-    steady_samples_per_s: float | None = None
-    seconds_per_1000_images: float | None = None  # ResNet-50, timed pass only
-    images_per_s: float | None = None
-    test_accuracy: float | None = None
-    final_loss: float | None = None
-    parameter_count: int | None = None
-    peak_host_memory_mb: float | None = None
-    peak_device_memory_mb: float | None = None
+    train_time_s: Optional[float] = None  # every epoch, first step included (the study's figure)
+    steady_state_time_s: Optional[float] = None  # training time after the first (warm-up) step
+    samples_per_s: Optional[float] = None
+    steady_samples_per_s: Optional[float] = None
+    seconds_per_1000_images: Optional[float] = None  # ResNet-50, timed pass only
+    images_per_s: Optional[float] = None
+    test_accuracy: Optional[float] = None
+    final_loss: Optional[float] = None
+    parameter_count: Optional[int] = None
+    peak_host_memory_mb: Optional[float] = None
+    peak_device_memory_mb: Optional[float] = None
 
 
 @dataclass
 class Samples:
     """Every raw timing sample, kept so that spread and outliers can be studied later."""
 
-    first_step_s: float | None = None  # first training step: compilation / autotuning lands here
-    epoch_times_s: list[float] = field(default_factory=list)
-    epoch_steps: list[int] = field(default_factory=list)
-    epoch_losses: list[float] = field(default_factory=list)
-    batch_times_s: list[float] = field(default_factory=list)  # inference: one per timed batch
+    first_step_s: Optional[float] = None  # first training step: compilation / autotuning lands here
+    epoch_times_s: List[float] = field(default_factory=list)
+    epoch_steps: List[int] = field(default_factory=list)
+    epoch_losses: List[float] = field(default_factory=list)
+    batch_times_s: List[float] = field(default_factory=list)  # inference: one per timed batch
 
 
 @dataclass
 class Provenance:
     """Where and with what the numbers were measured."""
 
-    framework_version: str | None = None
-    python_version: str | None = None
-    numpy_version: str | None = None
-    cuda_version: str | None = None  # as the framework sees it
-    cudnn_version: str | None = None
-    device: str | None = None  # cpu or cuda, as resolved
-    gpu_name: str | None = None
-    gpu_driver: str | None = None
-    cpu_model: str | None = None
-    cpu_count: int | None = None
-    platform: str | None = None
-    hostname: str | None = None
-    git_revision: str | None = None
-    data_source: str | None = None  # real or synthetic
-    data_checksum: str | None = None  # of the downloaded archive, "algorithm:hexdigest"
-    backend: str | None = None  # local or docker, filled in by the host
-    interpreter: str | None = None
-    user_id: int | None = None  # the workload's uid: containers run as a non-root user
-    network_interfaces: list[str] = field(default_factory=list)  # just ["lo"] in a container without network
-    image_id: str | None = None
-    image_digest: str | None = None
-    extras: dict[str, str] = field(default_factory=dict)  # framework-specific switches
+    framework_version: Optional[str] = None
+    python_version: Optional[str] = None
+    numpy_version: Optional[str] = None
+    cuda_version: Optional[str] = None  # as the framework sees it
+    cudnn_version: Optional[str] = None
+    device: Optional[str] = None  # cpu or cuda, as resolved
+    gpu_name: Optional[str] = None
+    gpu_driver: Optional[str] = None
+    cpu_model: Optional[str] = None
+    cpu_count: Optional[int] = None
+    platform: Optional[str] = None
+    hostname: Optional[str] = None
+    git_revision: Optional[str] = None
+    data_source: Optional[str] = None  # real or synthetic
+    data_checksum: Optional[str] = None  # of the downloaded archive, "algorithm:hexdigest"
+    backend: Optional[str] = None  # local or docker, filled in by the host
+    interpreter: Optional[str] = None
+    user_id: Optional[int] = None  # the workload's uid: containers run as a non-root user
+    network_interfaces: List[str] = field(default_factory=list)  # just ["lo"] in a container without network
+    image_id: Optional[str] = None
+    image_digest: Optional[str] = None
+    extras: Dict[str, str] = field(default_factory=dict)  # framework-specific switches
 
 
 @dataclass
@@ -110,16 +109,16 @@ class Result:
 
     cell: Cell
     status: str = "ok"
-    reason: str | None = None  # why a cell is unsupported / failed
-    started_at: str | None = None  # ISO 8601, UTC
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per timed phase
+    reason: Optional[str] = None  # why a cell is unsupported / failed
+    started_at: Optional[str] = None  # ISO 8601, UTC
+    phases: Dict[str, float] = field(default_factory=dict)  # seconds per timed phase
     metrics: Metrics = field(default_factory=Metrics)
     samples: Samples = field(default_factory=Samples)
-    settings: dict[str, typing.Any] = field(default_factory=dict)  # the hyperparameters used
+    settings: Dict[str, typing.Any] = field(default_factory=dict)  # the hyperparameters used
     provenance: Provenance = field(default_factory=Provenance)
-    outputs: dict[str, typing.Any] = field(default_factory=dict)  # parity runs: the model's outputs
-    wall_time_s: float | None = None  # the whole cell as the host saw it
-    stderr_tail: str | None = None
+    outputs: Dict[str, typing.Any] = field(default_factory=dict)  # parity runs: the model's outputs
+    wall_time_s: Optional[float] = None  # the whole cell as the host saw it
+    stderr_tail: Optional[str] = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -137,12 +136,12 @@ class Result:
         except (TypeError, KeyError) as error:
             raise SchemaError(f"malformed result record: {error}") from error
 
-    def write(self, path: str | os.PathLike) -> None:
+    def write(self, path: Union[str, os.PathLike]) -> None:
         """Write atomically, so that a crash never leaves half a result on disk."""
         write_json_atomic(Path(path), self.to_dict())
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> "Result":
+    def read(cls, path: Union[str, os.PathLike]) -> "Result":
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as error:
@@ -162,7 +161,10 @@ def write_json_atomic(path: Path, data: dict) -> None:
             stream.write("\n")
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
         raise
 
 
@@ -186,8 +188,8 @@ def _build(kind, data):
 # --- JSON Schema, generated from the dataclasses above ------------------------------------------
 
 def _type_schema(hint) -> dict:
-    origin = typing.get_origin(hint)
-    arguments = typing.get_args(hint)
+    origin = typing.get_origin(hint)  # novermin (the schema is generated on the host, never in an image)
+    arguments = typing.get_args(hint)  # novermin
     if dataclasses.is_dataclass(hint):
         return _dataclass_schema(hint)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
