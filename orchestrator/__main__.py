@@ -108,7 +108,8 @@ def run_matrix(*, matrix_file: Path | None = None, backend: str = "auto", framew
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, timeout=timeout, console=console,
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
-                                         "repeat": matrix.repeat, "argv": sys.argv[1:]})
+                                         "repeat": matrix.repeat, "argv": sys.argv[1:],
+                                         "not_applicable": matrix.not_applicable(known)})
     if render_report:
         render(results_dir)
     failed = summary.count("failed") + summary.count("timeout")

@@ -51,6 +51,13 @@ class Framework:
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
+    def not_applicable(self) -> dict[str, str]:
+        """The workloads this framework does not implement, each with the reason the report shows
+        (metadata.toml's [not_applicable] table, e.g. an inference engine's training workloads)."""
+        reasons = self.extra.get("not_applicable", {})
+        return {workload: reasons.get(workload, f"not implemented (no workloads/{workload}/{module_name(self.name)}.py)")
+                for workload in WORKLOADS if workload not in self.workloads}
+
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
             raise UserError(f"framework {self.name!r} has no variant {name!r}; "

@@ -58,6 +58,18 @@ class Matrix:
                                               repeat=repeat))
         return cells
 
+    def not_applicable(self, frameworks: dict[str, Framework]) -> list[dict]:
+        """The (framework, workload) pairs asked for that a framework does not implement, with the
+        reason: recorded in run.json, so that the report shows them instead of leaving them out."""
+        pairs = []
+        for entry in self.frameworks:
+            reasons = frameworks[entry.name].not_applicable()
+            for workload in self.workloads:
+                if workload in reasons and (entry.workloads is None or workload in entry.workloads):
+                    pairs.append({"framework": entry.name, "workload": workload, "variants": list(entry.variants),
+                                  "reason": reasons[workload]})
+        return pairs
+
 
 def _check_keys(table: dict, valid: tuple[str, ...], where: str) -> None:
     for key in table:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import math
 import os
 from pathlib import Path
@@ -339,6 +340,25 @@ def reference_table(reference: pd.DataFrame, workload: str) -> dict | None:
     return {"headers": headers, "rows": [row for _, row in table_rows], "numeric": numeric}
 
 
+def not_applicable_row(headers: list[str], framework: str, item: dict) -> dict:
+    """A framework that does not implement the workload: its name, its variants and the reason."""
+    cells = {"Framework": framework, "Variant": ", ".join(item.get("variants") or []) or "-",
+             "Status": f"not applicable: {item.get('reason') or 'not implemented'}"}
+    return {"ok": False, "cells": [cells.get(header, "-") for header in headers]}
+
+
+def recorded_not_applicable(results_dir: Path) -> list[dict]:
+    """The not-applicable pairs every run-matrix invocation into this folder recorded (run.json)."""
+    try:
+        invocations = json.loads((Path(results_dir) / "run.json").read_text()).get("invocations", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    pairs = [item for invocation in invocations if isinstance(invocation, dict)
+             for item in invocation.get("not_applicable") or [] if isinstance(item, dict)
+             and {"framework", "workload"} <= set(item)]
+    return pairs
+
+
 # --- chart --------------------------------------------------------------------------------------------
 
 def chart_svg(summary: pd.DataFrame, workload: str, *, show_profile: bool) -> str | None:
@@ -435,19 +455,30 @@ def run_metadata(frame: pd.DataFrame) -> list[tuple[str, str]]:
     ]
 
 
-def build_context(frame: pd.DataFrame, reference: pd.DataFrame) -> dict:
-    """Everything both templates print; the SVG charts are only used by the HTML one."""
+def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: list[dict] = ()) -> dict:
+    """Everything both templates print; the SVG charts are only used by the HTML one.
+
+    `not_applicable`: the (framework, workload) pairs the run asked for that a framework does not
+    implement (run.json), each shown as a row with its reason."""
     summaries = summarise(frame)
+    inapplicable = {}
+    for item in not_applicable:
+        inapplicable.setdefault(item["workload"], {}).setdefault(item["framework"], item)
     profiles = set(frame["profile"].dropna())
     show_profile = frame[COMPARABLE_KEY].drop_duplicates().shape[0] > 1
     sections = []
-    for workload, summary in summaries.items():
+    for workload in workload_order(set(summaries) | set(inapplicable)):
+        summary = summaries.get(workload, pd.DataFrame(columns=SUMMARY_COLUMNS))
+        table = result_table(summary, workload, show_profile=show_profile)
+        for framework, item in inapplicable.get(workload, {}).items():
+            table["rows"].append(not_applicable_row(table["headers"], framework, item))
         sections.append({
             "workload": workload,
             "title": WORKLOAD_TITLES.get(workload, workload),
             "metric_label": PRIMARY_LABELS.get(primary_metric(workload), primary_metric(workload)),
-            "table": result_table(summary, workload, show_profile=show_profile),
+            "table": table,
             "any_ok": bool((summary["status"] == "ok").any()),
+            "only_not_applicable": summary.empty,
             "reference": reference_table(reference, workload),
             "chart_svg": chart_svg(summary, workload, show_profile=show_profile),
         })
@@ -457,7 +488,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame) -> dict:
         "metadata": run_metadata(frame),
         "sections": sections,
         "matched": matched_sections(frame),
-        "missing_workloads": [name for name in WORKLOADS if name not in summaries],
+        "missing_workloads": [name for name in WORKLOADS if name not in summaries and name not in inapplicable],
         "reference_label": REFERENCE_LABEL,
         # The study ran the full settings; a smoke run's times are not even on the same scale.
         "not_full_profile": bool(profiles - {"full"}),
@@ -471,7 +502,7 @@ def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None 
     """
     results_dir = Path(results_dir)
     frame = to_frame(load_results(results_dir))
-    context = build_context(frame, load_reference())
+    context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir))
     target = Path(out_dir) if out_dir is not None else results_dir
     target.mkdir(parents=True, exist_ok=True)
     environment = _environment()

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator import host
+from orchestrator import host, onnx_export
 from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
@@ -75,6 +75,9 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
         console.print(f"resuming {results_dir}: {summary.skipped} cell(s) already ok, {len(pending)} to run")
 
     data_errors = {} if parity else _prefetch(pending, data_dir, console)
+    # an inference engine's model (PyTorch's, exported to ONNX once), before its cells
+    models = onnx_export.prepare(pending, backend, frameworks, data_dir=data_dir, results_dir=results_dir,
+                                 timeout=timeout, git_revision=revision, log=console.print)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("matrix", total=len(pending))
@@ -87,6 +90,8 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                     result = Result(cell=cell, status="failed", reason=data_errors[cell.workload])
                 elif reason := backend.unsupported_reason(cell, variant):
                     result = unsupported(cell, reason)
+                elif problem := models.problem(cell):
+                    result = Result(cell=cell, status="failed", reason=problem)
                 else:
                     # absolute paths: the cell runs in its own working directory
                     job = CellJob(cell=cell, device=variant.device,
@@ -94,7 +99,8 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                                   log_path=(results_dir / "logs" / f"{cell.key}.log").resolve(),
                                   data_dir=Path(data_dir).resolve(),
                                   timeout=timeout, git_revision=revision,
-                                  parity=f"parity/{cell.workload}" if parity else None)
+                                  parity=f"parity/{cell.workload}" if parity else None,
+                                  onnx_model=models.folder(cell))
                     result = backend.run_cell(job)
                 result.wall_time_s = time.perf_counter() - start
                 result.provenance.backend = result.provenance.backend or backend.name

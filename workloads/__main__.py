@@ -44,10 +44,16 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=0, help="repeat index, recorded in the result")
     parser.add_argument("--parity", metavar="DIR", help="parity check instead of the benchmark: load the canonical "
                         "weights and batch in DIR (weights.npz, batch.npz) and record the model's outputs")
+    parser.add_argument("--export-onnx", metavar="OUT", help="with --parity: also export the model on those weights "
+                        "to ONNX in OUT (model.onnx, model.onnx.data, export.json); PyTorch's resnet50 only")
+    parser.add_argument("--onnx-model", metavar="DIR", help="the exported ONNX model an inference engine runs "
+                        "(model.onnx, model.onnx.data, export.json; default: $ROSETTA_ONNX_MODEL)")
     parser.add_argument("--out", help="where to write the JSON result (default: $ROSETTA_RESULTS_DIR/<cell>.json)")
     args = parser.parse_args(argv)
     if not args.framework:
         parser.error("--framework is required (or set ROSETTA_FRAMEWORK)")
+    if args.export_onnx and not args.parity:
+        parser.error("--export-onnx needs --parity DIR: the canonical weights to export")
     return args
 
 
@@ -65,6 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     code = EXIT_OK
     try:
         os.environ.update(naming.environment(args.framework))  # e.g. KERAS_BACKEND, before the import
+        if args.onnx_model:
+            os.environ["ROSETTA_ONNX_MODEL"] = args.onnx_model  # read by workloads/runtime/onnxruntime.py
         start = time.perf_counter()
         module = importlib.import_module(f"workloads.{args.workload}.{naming.module_name(args.framework)}")
         run.result.phases["framework_import"] = time.perf_counter() - start
@@ -73,7 +81,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if args.precision != "fp32":
                 raise Unsupported("the parity check runs in fp32 only")
             weights, batch = canonical.load(args.parity)
-            outputs = module.parity(run, weights, batch)
+            if args.export_onnx:
+                if not hasattr(module, "export_onnx"):
+                    raise Unsupported(f"{args.framework} has no ONNX export for {args.workload}")
+                outputs = module.export_onnx(run, weights, batch, args.export_onnx)
+            else:
+                outputs = module.parity(run, weights, batch)
             run.result.outputs = {name: np.asarray(value, dtype=np.float64).tolist() for name, value in outputs.items()}
         else:
             module.run(run)

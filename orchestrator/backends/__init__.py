@@ -28,6 +28,8 @@ class CellJob:
     timeout: float | None = None
     git_revision: str | None = None
     parity: str | None = None  # parity check: the canonical files' folder, relative to data_dir
+    export_dir: Path | None = None  # with parity: export the model to ONNX into this writable host folder
+    onnx_model: str | None = None  # the exported ONNX model an inference engine runs, relative to data_dir
 
 
 class Backend(Protocol):
@@ -39,14 +41,20 @@ class Backend(Protocol):
     def run_cell(self, job: CellJob) -> Result: ...
 
 
-def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None) -> list[str]:
+def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None,
+                       export_onnx: str | None = None, onnx_model: str | None = None) -> list[str]:
     """The arguments after `python -m workloads` (the same for every backend). `data_dir` is the
-    dataset folder as the workload sees it; `parity`, a folder relative to it."""
+    dataset folder as the workload sees it; `parity` and `onnx_model`, folders relative to it;
+    `export_onnx`, the export's folder as the workload sees it."""
     arguments = [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
                  "--profile", cell.profile, "--precision", cell.precision, "--device", device,
                  "--data", cell.data, "--data-dir", data_dir, "--repeat", str(cell.repeat), "--out", out]
     if parity:
         arguments += ["--parity", f"{data_dir.rstrip('/')}/{parity}"]
+    if export_onnx:
+        arguments += ["--export-onnx", export_onnx]
+    if onnx_model:
+        arguments += ["--onnx-model", f"{data_dir.rstrip('/')}/{onnx_model}"]
     return arguments
 
 

@@ -41,6 +41,7 @@ CONTAINER_HOME = "/home/rosetta"
 DATA_MOUNT = "/data"
 RESULTS_MOUNT = "/results"
 RESULT_FILE = f"{RESULTS_MOUNT}/result.json"
+EXPORT_MOUNT = "/export"  # an ONNX export's writable folder (orchestrator/onnx_export.py)
 
 # API calls other than waiting for a cell (create, logs, kill, remove) get the SDK's usual limit.
 API_TIMEOUT_S = 60.0
@@ -129,7 +130,8 @@ class DockerBackend:
 
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
-        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity)
+        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity,
+                                     onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
         container = None
         try:
             try:
@@ -184,6 +186,9 @@ class DockerBackend:
             mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
                     docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
         )
+        if job.export_dir:  # writable by the container's user: the caller made it so (mode 0777)
+            options["mounts"].append(docker.types.Mount(target=EXPORT_MOUNT, source=str(job.export_dir),
+                                                        type="bind", read_only=False))
         engine_host = (self._info() or {}).get("Name")
         if engine_host:
             # the workload records its hostname; the engine's host says more than a container ID

@@ -150,7 +150,8 @@ class LocalBackend:
         out = work / "result.json"
         command = [python, "-m", "workloads",
                    *workload_arguments(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
-                                      parity=job.parity)]
+                                      parity=job.parity, onnx_model=job.onnx_model,
+                                      export_onnx=str(job.export_dir) if job.export_dir else None)]
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         timed_out_after = None
         with open(job.log_path, "wb") as log:

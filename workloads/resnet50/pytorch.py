@@ -128,3 +128,62 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     with torch.inference_mode():
         features = model.eval()(env.to_device(batch["x"], device)).cpu().numpy()
     return {"features": features}
+
+
+# --- ONNX export (the model ONNX Runtime's row runs) ----------------------------------------------
+
+ONNX_OPSET = 20  # torch 2.13's default, pinned so that another torch cannot change it silently
+
+
+def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
+    """Export the model on the canonical weights with torch.onnx.export's default exporter
+    (torch.export, then onnxscript's translation and graph optimizer) into `folder`: model.onnx (the
+    graph), model.onnx.data (the weights) and export.json (how). Returns the parity outputs too."""
+    import hashlib
+    import json
+    import os
+
+    try:
+        import onnx
+        import onnxscript
+    except ImportError as missing:
+        raise RuntimeError(f"torch.onnx.export needs the {missing.name} package, which this PyTorch environment "
+                           f"lacks: rebuild it from images/pytorch/requirements-cpu.txt (image: `python -m "
+                           f"orchestrator build pytorch --variant cpu`)") from missing
+    env.select_device(run)
+    model = ResNet50Features().eval()  # exported from the CPU: the graph does not depend on the device
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    example = torch.from_numpy(batch["x"])
+    path = os.path.join(folder, "model.onnx")
+    with run.phase("export"):
+        torch.onnx.export(model, (example,), path, input_names=["images"], output_names=["features"],
+                          dynamic_shapes={"images": {0: torch.export.Dim("batch")}},  # any batch size
+                          opset_version=ONNX_OPSET, external_data=True)  # weights in model.onnx.data
+    with torch.inference_mode():
+        features = model(example).numpy()
+
+    def sha256(name: str) -> str:
+        digest = hashlib.sha256()
+        with open(os.path.join(folder, name), "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    record = {
+        "model": "ResNet50Features (workloads/resnet50/pytorch.py) on the canonical resnet50 weights",
+        "exporter": "torch.onnx.export(dynamo=True, optimize=True): torch.export + onnxscript",
+        "opset": ONNX_OPSET,
+        "torch_version": torch.__version__, "onnx_version": onnx.__version__,
+        "onnxscript_version": onnxscript.__version__,
+        "input": {"name": "images", "shape": ["batch", *example.shape[1:]], "dtype": "float32"},
+        "output": {"name": "features", "shape": ["batch", features.shape[1]], "dtype": "float32"},
+        "parameter_count": env.parameter_count(model),
+        "export_s": run.result.phases["export"],
+        "files": {name: sha256(name) for name in sorted(os.listdir(folder)) if name.startswith("model.onnx")},
+    }
+    assert set(record["files"]) == {"model.onnx", "model.onnx.data"}, record["files"]
+    with open(os.path.join(folder, "export.json"), "w") as stream:
+        json.dump(record, stream, indent=2)
+    run.set_provenance(extras={"onnx_export": os.path.join(folder, "export.json")})
+    return {"features": features}

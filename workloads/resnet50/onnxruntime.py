@@ -1,0 +1,58 @@
+"""ResNet-50 v1.5 feature extraction (inference) in ONNX Runtime: PyTorch's model, exported to ONNX once.
+
+ONNX Runtime is an inference engine: it runs a graph, it does not define one. So this file holds no
+model section. The model is workloads/resnet50/pytorch.py's, on the canonical weights, exported
+with torch.onnx.export in PyTorch's own environment before these cells run (its export.json is
+copied into every result), and this file runs it with an execution provider: CPU, or CUDA on a GPU.
+What to notice: building the model is creating an InferenceSession (loading the graph, optimising
+it, choosing kernels), timed as model_build; the first run (cuDNN's algorithm search on a GPU)
+lands in the warm pass.
+"""
+import numpy as np
+
+from workloads.common.harness import Run
+from workloads.runtime import onnxruntime as env
+
+MATCHED = (
+    "the model is PyTorch's (workloads/resnet50/pytorch.py, v1.5), exported once with torch.onnx.export "
+    "(torch.export + onnxscript) on the canonical weights: nothing to convert by hand",
+    "batch norm on the moving statistics, folded into the convolutions by the exporter's optimizer",
+    "input NCHW float32 as every framework, with a dynamic batch axis (32 timed, 2 for parity)",
+    "parameter count: the exported PyTorch model's (export.json); the ONNX graph holds the folded conv weights",
+    "fp32 means true fp32: the CUDA provider runs with use_tf32=0 unless tf32 is asked for",
+)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    providers = env.select_providers(run)  # may raise Unsupported
+    model = env.exported_model(run)
+
+    with run.phase("data_load"):
+        images = run.random_images()
+
+    with run.phase("model_build"):  # session creation: graph load, optimisation, kernel choice
+        session = env.session(run, model, providers)
+    run.set_parameter_count(model.parameter_count)
+
+    # --- infer (an inference engine: no gradients exist; batch norm is folded, so always eval mode)
+    with run.phase("warmup"):  # untimed warm pass: the first run allocates and autotunes
+        for batch in run.warmup_batches(images):
+            features = session.run([env.OUTPUT], {env.INPUT: batch})[0]
+    assert features.shape == (s.batch_size, s.feature_size), features.shape
+    for batch in run.timed_batches(images):  # run() returns once the features are on the host
+        features = session.run([env.OUTPUT], {env.INPUT: batch})[0]
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    """The exported graph on the canonical batch. The weights are in the graph already (exported
+    from the same canonical arrays, whose sha256 export.json records), so `params` is not loaded."""
+    providers = env.select_providers(run)
+    model = env.exported_model(run)
+    session = env.session(run, model, providers)
+    run.set_parameter_count(model.parameter_count)
+    return {"features": session.run([env.OUTPUT], {env.INPUT: np.ascontiguousarray(batch["x"])})[0]}

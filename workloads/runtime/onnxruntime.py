@@ -1,0 +1,155 @@
+"""ONNX Runtime's switches: the exported model it runs, its execution providers, precision, provenance.
+
+ONNX Runtime defines no model. It runs the ResNet-50 that PyTorch's environment exported to ONNX
+(the orchestrator runs `python -m workloads resnet50 --framework pytorch --parity DIR --export-onnx
+OUT` once), passed here as `--onnx-model DIR` (or $ROSETTA_ONNX_MODEL): model.onnx, its weights in
+model.onnx.data beside it, and export.json saying how it was made. `InferenceSession.run` returns
+host arrays only after the device has finished, so the harness needs no `run.sync`.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from workloads.common.harness import Run, Unsupported
+
+MODEL_VARIABLE = "ROSETTA_ONNX_MODEL"  # set from --onnx-model by workloads/__main__.py
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+INPUT, OUTPUT = "images", "features"  # the names the export gives the graph's input and output
+
+
+# --- the exported model ---------------------------------------------------------------------------
+
+@dataclass
+class ExportedModel:
+    path: Path  # model.onnx; ONNX Runtime reads model.onnx.data from the same folder
+    record: dict  # export.json
+
+    @property
+    def parameter_count(self) -> int:
+        """The exported PyTorch model's trainable parameters (export.json). The ONNX graph itself
+        holds batch norm folded into the convolutions, so its initializers count differently."""
+        return int(self.record["parameter_count"])
+
+
+def exported_model(run: Run, *, check_files: bool = True) -> ExportedModel:
+    """The exported model the orchestrator named, its files checked against export.json; its
+    provenance is copied into the result."""
+    folder = os.environ.get(MODEL_VARIABLE)
+    if not folder:
+        raise RuntimeError("no exported ONNX model: pass --onnx-model DIR (the orchestrator exports "
+                           "PyTorch's ResNet-50 there before ONNX Runtime's cells run)")
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / "export.json").read_text())
+    except (OSError, ValueError) as error:
+        raise RuntimeError(f"{folder}/export.json cannot be read ({error}); delete {folder} so that the "
+                           f"orchestrator exports the model again") from error
+    files = record["files"]
+    if check_files:
+        for name, expected in files.items():
+            if _sha256(folder / name) != expected:
+                raise RuntimeError(f"{folder / name} does not match the sha256 in export.json; delete {folder} "
+                                   f"so that the orchestrator exports the model again")
+    run.set_provenance(extras={
+        "onnx_model": str(folder),
+        "onnx_model_sha256": files["model.onnx"],
+        "onnx_exporter": record.get("exporter", "?"),
+        "onnx_opset": record.get("opset", "?"),
+        "onnx_exported_with": f"torch {record.get('torch_version', '?')}, onnx {record.get('onnx_version', '?')}, "
+                              f"onnxscript {record.get('onnxscript_version', '?')}",
+        "onnx_exported_by": record.get("exported_by", "?"),
+        "onnx_canonical_weights_sha256": record.get("canonical_weights_sha256", "?"),
+    })
+    return ExportedModel(path=folder / "model.onnx", record=record)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- execution providers and precision -------------------------------------------------------------
+
+def _gpu_names() -> list[str]:
+    """The NVIDIA GPUs the kernel driver lists (readable inside a container; ONNX Runtime has no
+    API for the device name)."""
+    names = []
+    for information in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            for line in information.read_text().splitlines():
+                if line.startswith("Model:"):
+                    names.append(line.split(":", 1)[1].strip())
+        except OSError:
+            continue
+    return names
+
+
+def select_providers(run: Run) -> list:
+    """The execution providers, best first; refuses what they cannot do (before any work)."""
+    available = ort.get_available_providers()
+    gpus = _gpu_names()
+    if run.requested_device == "cuda":
+        if CUDA not in available:
+            raise Unsupported("this onnxruntime build has no CUDA execution provider (the cpu variant installs "
+                              "the CPU-only onnxruntime package; the cu130 variant, onnxruntime-gpu)")
+        if not gpus:
+            raise Unsupported("no CUDA GPU visible on this host (no /proc/driver/nvidia/gpus)")
+    use_cuda = run.requested_device != "cpu" and CUDA in available and bool(gpus)
+    precision = run.precision
+    if precision in ("fp16", "bf16"):
+        raise Unsupported(f"{precision}: ONNX Runtime runs the graph in the precision it was exported in (fp32); "
+                          f"a reduced-precision graph needs a separate conversion of the model, not done here")
+    if precision == "tf32" and not use_cuda:
+        raise Unsupported("tf32 needs a CUDA GPU; this cell runs on the CPU")
+    if use_cuda:
+        ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels (requirements-cu130.txt)
+        options = {"device_id": 0,
+                   "cudnn_conv_algo_search": "EXHAUSTIVE",  # cuDNN autotuning (lesson 1), in the warm pass
+                   "use_tf32": "1" if precision == "tf32" else "0"}  # fp32 means true fp32
+        providers = [(CUDA, options), CPU]  # shape arithmetic may stay on the CPU
+    else:
+        providers = [CPU]
+    run.set_provenance(
+        framework_version=ort.__version__,
+        device="cuda" if use_cuda else "cpu",
+        cuda_version=(ort.cuda_version or None) if use_cuda else None,
+        cudnn_version=_package_version("nvidia-cudnn-cu13") if use_cuda else None,
+        gpu_name=gpus[0] if use_cuda else None,
+        extras={"package": ort.package_name, "layout": "NCHW (as exported)",
+                "providers_requested": ", ".join(p if isinstance(p, str) else f"{p[0]} {p[1]}" for p in providers)},
+    )
+    return providers
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def session(run: Run, model: ExportedModel, providers: list) -> ort.InferenceSession:
+    """Load the graph, optimise it (ORT_ENABLE_ALL: constant folding, fusions, layout choices) and
+    bind it to the providers; refuses a CUDA cell that ONNX Runtime quietly moved to the CPU."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # the default, stated
+    created = ort.InferenceSession(str(model.path), options, providers=providers)
+    used = created.get_providers()
+    wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
+    if used[0] != wanted:
+        raise Unsupported(f"ONNX Runtime could not create the {wanted} (it fell back to {', '.join(used)}); the "
+                          f"log above names the CUDA or cuDNN library it could not load")
+    run.set_provenance(extras={"providers": ", ".join(used),
+                               "graph_optimization_level": "ORT_ENABLE_ALL",
+                               "intra_op_threads": "ONNX Runtime's default (one per physical core)"})
+    return created
