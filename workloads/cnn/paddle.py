@@ -1,0 +1,148 @@
+"""VGG-style CNN trained on CIFAR-10, in PaddlePaddle (dynamic graph).
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+What to notice: it reads almost line for line as the PyTorch file (nn.Layer, NCHW, eager autograd),
+but Linear stores its kernel (in, out) as the canonical layout does, initialisers are given per
+parameter through ParamAttr, and the optimizer is handed its parameters and cleared with clear_grad.
+"""
+import paddle
+from paddle import nn
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import paddle as env
+
+MATCHED = (
+    "dense kernels stored (in, out) as the canonical layout; convolution kernels OIHW: canonical as is",
+    "Glorot-uniform kernels and zero biases set explicitly through ParamAttr (Paddle's defaults differ)",
+    "Momentum(use_nesterov=False) is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain)",
+    "padding=1 for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order",
+    "Dropout mode 'upscale_in_train' (inverted dropout, its default), as PyTorch",
+    "loss CrossEntropyLoss (softmax inside, mean over the batch) on int64 labels",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def glorot_uniform() -> paddle.ParamAttr:
+    """Glorot uniform, as Keras; fans from the (out, in, kh, kw) or (in, out) shape, as canonical.py."""
+    return paddle.ParamAttr(initializer=nn.initializer.XavierUniform())
+
+
+def zeros() -> paddle.ParamAttr:
+    return paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
+
+
+class VGGStyleCNN(nn.Layer):
+    def __init__(self, s):
+        super().__init__()
+        channels = s.image_shape[0]
+
+        def conv(in_channels, out_channels):  # padding=1: "same"
+            return nn.Conv2D(in_channels, out_channels, 3, padding=1, weight_attr=glorot_uniform(), bias_attr=zeros())
+
+        def dense(in_features, out_features):
+            return nn.Linear(in_features, out_features, weight_attr=glorot_uniform(), bias_attr=zeros())
+
+        self.layers = nn.Sequential(
+            conv(channels, s.conv1_filters), nn.ReLU(),
+            conv(s.conv1_filters, s.conv1_filters),
+            nn.MaxPool2D(2, 2), nn.ReLU(), nn.Dropout(s.dropout_conv),
+            conv(s.conv1_filters, s.conv2_filters), nn.ReLU(),
+            conv(s.conv2_filters, s.conv2_filters),
+            nn.MaxPool2D(2, 2), nn.ReLU(), nn.Dropout(s.dropout_conv),
+            nn.Flatten(),
+            dense(s.conv2_filters * 8 * 8, s.dense_units), nn.ReLU(), nn.Dropout(s.dropout_dense),
+            dense(s.dense_units, s.classes),  # logits: softmax lives in the loss
+        )
+
+    def forward(self, images):
+        return self.layers(images)
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+    """Convolution kernels are already OIHW; dense kernels are already (in, out)."""
+    convolutions = [layer for layer in model.layers if isinstance(layer, nn.Conv2D)]
+    denses = [layer for layer in model.layers if isinstance(layer, nn.Linear)]
+    for layer, name in zip(convolutions + denses, ("conv1", "conv2", "conv3", "conv4", "dense1", "dense2")):
+        for parameter, array in ((layer.weight, params[f"{name}.kernel"]), (layer.bias, params[f"{name}.bias"])):
+            assert tuple(parameter.shape) == array.shape, (name, parameter.shape, array.shape)
+            parameter.set_value(array)
+
+
+def make_train_step(model, optimizer, loss_function, scaler, precision):
+    def train_step(images, labels):
+        optimizer.clear_grad(set_to_zero=False)  # drop the gradients (PyTorch's set_to_none)
+        with env.autocast(precision):
+            loss = loss_function(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()  # stays on the device: no host sync per step
+    return train_step
+
+
+def make_optimizer(model, s):
+    # Paddle's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
+    return paddle.optimizer.Momentum(learning_rate=s.learning_rate, momentum=s.momentum, use_nesterov=False,
+                                     parameters=model.parameters())
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device_type = env.select_device(run)
+    precision = run.precision
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        model = VGGStyleCNN(s)
+        optimizer = make_optimizer(model, s)
+        train_step = make_train_step(model, optimizer, nn.CrossEntropyLoss(), env.grad_scaler(precision), precision)
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- train
+    model.train()
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(env.to_device(images), env.to_device(labels, "int64"))
+        run.end_epoch(loss.item())
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        model.eval()  # dropout off (lesson 5)
+        correct, total = paddle.zeros([], dtype="int64"), 0
+        with paddle.no_grad(), env.autocast(precision):
+            for images, labels in run.eval_batches(data.x_test, data.y_test):
+                predictions = model(env.to_device(images)).argmax(axis=1)
+                correct += (predictions == env.to_device(labels, "int64")).astype("int64").sum()
+                total += len(labels)
+    run.record_accuracy(correct.item(), total)
+    env.record_peak_memory(run, device_type)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    model = VGGStyleCNN(s)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    images, labels = env.to_device(batch["x"]), env.to_device(batch["y"], "int64")
+    model.eval()  # dropout off, for the steps too: dropout is random and frameworks' generators differ
+    with paddle.no_grad():
+        logits = model(images).numpy()
+    train_step = make_train_step(model, make_optimizer(model, s), nn.CrossEntropyLoss(), env.grad_scaler("fp32"),
+                                 "fp32")
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(images, labels)
+    with paddle.no_grad():
+        after = model(images).numpy()
+    return {"logits": logits, "logits_after_training": after}

@@ -1,0 +1,111 @@
+"""ResNet-50 v1.5 feature extraction (inference), in PaddlePaddle, from Paddle's own model zoo.
+
+The network is cut after the global average pool: one 2048-D feature per 224x224 image.
+v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
+Random weights and random inputs (seed 0): weights do not change the timing. What to notice:
+unlike most zoos, paddle.vision.models.resnet50 IS v1.5 (its BottleneckBlock strides the 3x3), so
+the zoo model serves as is, as the original study used each framework's zoo; num_classes=0 drops
+the classifier and leaves the global pool's (N, 2048, 1, 1) output.
+"""
+import paddle
+from paddle import nn
+from paddle.vision.models import resnet50
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import paddle as env
+
+MATCHED = (
+    "v1.5: the stride of a downsampling block sits on its 3x3 convolution (Paddle's zoo model is v1.5)",
+    "batch-norm epsilon 1e-5 (Paddle's default); eval mode uses the moving statistics",
+    "convolution kernels OIHW and NCHW input: canonical as is; batch norm gamma/beta -> weight/bias, "
+    "moving mean/variance -> _mean/_variance",
+    "parameter count: trainable parameters only (Paddle's moving statistics are parameters with trainable=False)",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class ResNet50Features(nn.Layer):
+    """The zoo's ResNet-50 without its classifier, flattened to (N, 2048)."""
+
+    def __init__(self):
+        super().__init__()
+        # pretrained=False: random weights, nothing downloaded; num_classes=0: no fc, ends at the global pool
+        self.backbone = resnet50(pretrained=False, num_classes=0)
+
+    def forward(self, images):
+        return paddle.flatten(self.backbone(images), start_axis=1)  # (N, 2048, 1, 1) -> (N, 2048)
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(model: ResNet50Features, params: dict) -> None:
+    """Canonical "stageS.blockB.convK" is the zoo's layerS[B].convK; "shortcut" is its downsample (conv, bn)."""
+    used = set()
+
+    def load(parameter, name: str) -> None:
+        array = params[name]
+        assert tuple(parameter.shape) == array.shape, (name, parameter.shape, array.shape)
+        parameter.set_value(array)
+        used.add(name)
+
+    def load_batch_norm(norm: nn.BatchNorm2D, name: str) -> None:
+        assert norm._epsilon == canonical.BN_EPSILON
+        load(norm.weight, f"{name}.gamma")
+        load(norm.bias, f"{name}.beta")
+        load(norm._mean, f"{name}.moving_mean")
+        load(norm._variance, f"{name}.moving_variance")
+
+    backbone = model.backbone
+    load(backbone.conv1.weight, "stem.conv.kernel")
+    load_batch_norm(backbone.bn1, "stem.bn")
+    for stage, layer in enumerate((backbone.layer1, backbone.layer2, backbone.layer3, backbone.layer4), start=1):
+        for index, block in enumerate(layer):
+            prefix = f"stage{stage}.block{index}"
+            for number in (1, 2, 3):
+                load(getattr(block, f"conv{number}").weight, f"{prefix}.conv{number}.kernel")
+                load_batch_norm(getattr(block, f"bn{number}"), f"{prefix}.bn{number}")
+            if block.downsample is not None:
+                load(block.downsample[0].weight, f"{prefix}.shortcut.conv.kernel")
+                load_batch_norm(block.downsample[1], f"{prefix}.shortcut.bn")
+    assert used == set(params), f"canonical arrays not loaded: {sorted(set(params) - used)[:5]}"
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device_type = env.select_device(run)
+    precision = run.precision
+
+    with run.phase("data_load"):
+        images = run.random_images()
+
+    with run.phase("model_build"):
+        model = ResNet50Features()
+        model.eval()  # eval: batch-norm uses the moving statistics
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- infer
+    with paddle.no_grad(), env.autocast(precision):  # no gradients (lesson 5)
+        with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
+            for batch in run.warmup_batches(images):
+                features = model(env.to_device(batch))
+        assert tuple(features.shape) == (s.batch_size, s.feature_size), features.shape
+        for batch in run.timed_batches(images):
+            features = model(env.to_device(batch))
+    env.record_peak_memory(run, device_type)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    env.select_device(run)
+    model = ResNet50Features()
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    model.eval()
+    with paddle.no_grad():
+        features = model(env.to_device(batch["x"])).numpy()
+    return {"features": features}
