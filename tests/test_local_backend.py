@@ -121,20 +121,57 @@ def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts
     assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt")) is None
 
 
-def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path):
-    """CNTK's Python 3.6, an old CUDA base's 3.8: the local backend cannot build that environment
-    from this host's Python, so the cell says so (and names the ways to run it) before it starts."""
+def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path, monkeypatch):
+    """CNTK's Python 3.6, an old CUDA base's 3.8: without that Python on the host the cell says so
+    (and names the ways to run it) before it starts."""
+    from orchestrator.backends import local
+
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    monkeypatch.setattr(local, "find_python", lambda version: sys.executable if version == here else None)
     cell = Cell("pytorch", "cnn")
     backend = LocalBackend(REGISTRY, cache_dir=tmp_path)
     old = frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python="3.6")
     reason = backend.unsupported_reason(cell, old)
-    assert reason == (f"defined, not run on this host: the cpu variant needs Python 3.6 (this host runs {here}); "
-                      "run it in its image (--backend docker) or pass --python")
+    assert reason == (f"defined, not run on this host: the cpu variant needs Python 3.6 (this host runs {here} and "
+                      "has no python3.6); run it in its image (--backend docker), install that Python, or pass --python")
     assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python=here)) is None
     given = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "pass"))
     assert given.unsupported_reason(cell, old) is None  # --python: the user vouches for the interpreter
     assert all(v.python == "3.11" for v in REGISTRY["pytorch"].variants.values())  # inherited from the framework
+
+
+def test_another_python_on_the_host_is_found_and_builds_the_environment(tmp_path):
+    """pyenv's shims refuse a version that is installed but not selected: find_python checks that
+    the interpreter runs and is the version asked for."""
+    from orchestrator.backends import local
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert local.find_python(here) == sys.executable
+    assert local.find_python("2.1") is None
+    fake = tmp_path / "bin" / "python9.9"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 9.9\n")
+    fake.chmod(0o755)
+    refusing = tmp_path / "bin" / "python9.8"
+    refusing.write_text("#!/bin/sh\necho 'pyenv: python9.8: command not found' >&2; exit 127\n")
+    refusing.chmod(0o755)
+    local.find_python.cache_clear()
+    import os
+    path = os.environ["PATH"]
+    try:
+        os.environ["PATH"] = f"{fake.parent}:{path}"
+        assert local.find_python("9.9") == str(fake)
+        assert local.find_python("9.8") is None
+        variant = frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python="9.9")
+        (tmp_path / "r.txt").write_text("numpy\n")
+        backend = LocalBackend(REGISTRY, cache_dir=tmp_path)
+        assert backend.unsupported_reason(Cell("pytorch", "cnn"), variant) is None
+        assert local._python_for(variant) == str(fake)  # the environment is built from it
+        assert backend.environment_dir(variant, "x") != backend.environment_dir(
+            frameworks.Variant("cpu", "cpu", tmp_path / "r.txt"), "x")
+    finally:
+        os.environ["PATH"] = path
+        local.find_python.cache_clear()
 
 
 def test_chainers_cuda_build_refuses_gpus_newer_than_cuda_11_0():

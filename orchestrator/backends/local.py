@@ -7,6 +7,7 @@ directories, so frameworks' caches (~/.keras, ~/.cache/...) neither leak between
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -35,6 +36,35 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ROSETTA_CACHE_DIR") or Path.home() / ".cache" / "rosetta-bench")
 
 
+def _host_python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def find_python(version: str) -> str | None:
+    """An interpreter of Python `version` ("3.8") on this host: this one, python3.8 on PATH, or
+    pyenv's (whose shims refuse versions that are installed but not selected)."""
+    if version == _host_python_version():
+        return sys.executable
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(map(str, pyenv_root.glob(f"versions/{version}.*/bin/python{version}")), reverse=True)
+    for candidate in filter(None, candidates):
+        try:
+            answer = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                    capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if answer.returncode == 0 and answer.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def _python_for(variant: Variant) -> str:
+    """The interpreter a variant's environment is built from."""
+    return (find_python(variant.python) if variant.python else None) or sys.executable
+
+
 class LocalBackend:
     name = "local"
 
@@ -60,7 +90,8 @@ class LocalBackend:
         digest.update(variant.requirements.read_bytes())
         if variant.build_constraints:
             digest.update(variant.build_constraints.read_bytes())
-        digest.update(sys.version.encode())
+        python = _python_for(variant)
+        digest.update((sys.version if python == sys.executable else python).encode())
         return self.cache_dir / "venvs" / f"{framework}-{variant.name}-{digest.hexdigest()[:12]}"
 
     def interpreter(self, framework: str, variant_name: str) -> str:
@@ -93,7 +124,7 @@ class LocalBackend:
         if variant.build_constraints:
             # reaches pip's isolated sdist builds too, which a requirements file cannot
             environment["PIP_CONSTRAINT"] = str(variant.build_constraints)
-        steps = [[sys.executable, "-m", "venv", str(venv)],
+        steps = [[_python_for(variant), "-m", "venv", str(venv)],
                  [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(variant.requirements)]]
         with open(log_path, "w") as log:
             for step in steps:
@@ -118,15 +149,15 @@ class LocalBackend:
         return gpu_mismatch(variant, host.gpu_compute_capabilities(), self.gpus)
 
     def _python_mismatch(self, variant: Variant) -> str | None:
-        """A variant pinned to another Python (CNTK's 3.6, an old CUDA base's 3.8) cannot get an
-        environment from this host's interpreter; its image, or --python, can run it."""
-        if self.python or not variant.python:
+        """A variant pinned to another Python (CNTK's 3.6, an old CUDA base's 3.8) gets its
+        environment from that Python when the host has it (pythonX.Y on PATH, or pyenv's);
+        otherwise its image, or --python, can run it."""
+        if self.python or not variant.python or find_python(variant.python):
             return None
         here = f"{sys.version_info.major}.{sys.version_info.minor}"
-        if variant.python == here:
-            return None
         return (f"defined, not run on this host: the {variant.name} variant needs Python {variant.python} "
-                f"(this host runs {here}); run it in its image (--backend docker) or pass --python")
+                f"(this host runs {here} and has no python{variant.python}); run it in its image "
+                f"(--backend docker), install that Python, or pass --python")
 
     def _host_gpus(self) -> list[str]:
         if self._gpus_seen is None:
