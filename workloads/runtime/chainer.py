@@ -18,7 +18,7 @@ def select_device(run: Run):
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     gpu_available = cuda.available and _cuda_device_count() > 0
     if run.requested_device == "cuda" and not gpu_available:
-        reason = "CuPy is not installed" if not cuda.available else "no CUDA GPU visible to CuPy"
+        reason = _cupy_problem() if not cuda.available else "no CUDA GPU visible to CuPy"
         raise Unsupported(f"{reason}: Chainer reaches a GPU only through CuPy")
     on_gpu = gpu_available and run.requested_device != "cpu"
     precision = run.precision
@@ -58,6 +58,16 @@ def select_device(run: Run):
             extras={"layout": "NCHW / TNC", "backend": "numpy", "numpy_version": np.__version__},
         )
     return device
+
+
+def _cupy_problem() -> str:
+    """Why Chainer has no CuPy: not installed, or installed without the CUDA libraries it links to
+    (cupy-cuda110 needs CUDA 11.0's, which its image's base provides)."""
+    error = getattr(cuda, "_resolution_error", None)
+    if error is None or isinstance(error, ImportError) and "No module named 'cupy'" in str(error):
+        return "CuPy is not installed"
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"CuPy cannot load CUDA ({lines[-1] if lines else type(error).__name__})"
 
 
 def _cuda_device_count() -> int:
