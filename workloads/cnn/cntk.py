@@ -1,0 +1,134 @@
+"""VGG-style CNN trained on CIFAR-10, in CNTK 2.7's own API (cntk.layers, Trainer, momentum_sgd).
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the loss
+(cross_entropy_with_softmax). What to notice: CNTK's momentum is "unit gain" by default
+(v = m*v + (1-m)*g), which the original study had to switch off; unit_gain=False is the plain form
+every other framework uses. Runs on Python 3.6 (CNTK 2.7's last).
+"""
+import cntk as C
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import cntk as env
+
+MATCHED = (
+    "convolution kernels (out, in, height, width): canonical OIHW as is; biases shaped (out, 1, 1)",
+    "NCHW input, CNTK's only image layout; the flatten is (C, H, W) order, so dense1's rows are canonical",
+    "pad=True on stride-1 3x3 convolutions pads 1 on each side, as PyTorch's padding=1",
+    "momentum_sgd(unit_gain=False): v = m*v + lr*g, w -= v, PyTorch's plain momentum at a constant rate "
+    "(CNTK's default unit gain scales the gradient by 1 - m)",
+    "the learner gets the batch's mean gradient and applies the rate as is (minibatch_size=IGNORE: "
+    "no rescaling by a reference minibatch size)",
+    "one-hot float labels for cross_entropy_with_softmax, built on the host per batch",
+    "Glorot-uniform kernels and zero biases are CNTK's layer defaults",
+    "dropout is active in Trainer.train_minibatch only; eval() runs inference (lesson 5)",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def vgg_style_cnn(s, dropout: bool = True):
+    """The network as a CNTK function of its image input; returns (images, logits, layers by name)."""
+    def conv(filters):  # pad=True on a 3x3 stride-1 kernel: 1 on each side, as PyTorch's padding=1
+        return C.layers.Convolution2D((3, 3), filters, pad=True, activation=None)
+
+    def drop(rate, x):  # the parity check trains with dropout off
+        return C.layers.Dropout(rate)(x) if dropout else x
+
+    layers = {"conv1": conv(s.conv1_filters), "conv2": conv(s.conv1_filters),
+              "conv3": conv(s.conv2_filters), "conv4": conv(s.conv2_filters),
+              "dense1": C.layers.Dense(s.dense_units, activation=None),
+              "dense2": C.layers.Dense(s.classes, activation=None)}
+    pool = C.layers.MaxPooling((2, 2), strides=(2, 2))
+    images = C.input_variable(s.image_shape, name="images")  # (3, 32, 32); the batch axis is implicit
+    x = C.relu(layers["conv1"](images))
+    x = drop(s.dropout_conv, C.relu(pool(layers["conv2"](x))))
+    x = C.relu(layers["conv3"](x))
+    x = drop(s.dropout_conv, C.relu(pool(layers["conv4"](x))))
+    x = C.reshape(x, (s.conv2_filters * 8 * 8,))  # flatten in (C, H, W) order, the canonical one
+    x = drop(s.dropout_dense, C.relu(layers["dense1"](x)))
+    logits = layers["dense2"](x)  # logits: softmax lives in the loss
+    return images, logits, layers
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def canonical_arrays(params: dict) -> dict:
+    """Canonical arrays in CNTK's layouts, by "<layer>.W" / "<layer>.b" (numpy only)."""
+    arrays = {}
+    for name in ("conv1", "conv2", "conv3", "conv4"):
+        arrays[name + ".W"] = params[name + ".kernel"]  # OIHW, as CNTK stores it
+        arrays[name + ".b"] = env.conv_bias(params[name + ".bias"])
+    for name in ("dense1", "dense2"):
+        arrays[name + ".W"] = params[name + ".kernel"]  # (in, out): times(x, W) = x @ W
+        arrays[name + ".b"] = params[name + ".bias"]
+    return arrays
+
+
+def load_canonical(layers: dict, params: dict) -> None:
+    for key, value in canonical_arrays(params).items():
+        name, weight = key.split(".")
+        parameter = getattr(layers[name], weight)
+        assert parameter.shape == value.shape, (key, parameter.shape, value.shape)
+        parameter.value = value
+
+
+def make_trainer(images, logits, s):
+    labels = C.input_variable(s.classes, name="labels")
+    loss = C.cross_entropy_with_softmax(logits, labels)  # per sample; the Trainer averages the batch
+    learner = C.momentum_sgd(logits.parameters, lr=s.learning_rate, momentum=s.momentum,
+                             unit_gain=False, minibatch_size=C.learners.IGNORE)
+    trainer = C.Trainer(logits, (loss, None), [learner])
+
+    def train_step(x, y):
+        trainer.train_minibatch({images: x, labels: env.one_hot(y, s.classes)})
+        env.keep_for_sync(trainer)
+        return trainer  # the loss stays inside CNTK until the epoch ends
+    return train_step
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        images, logits, _ = vgg_style_cnn(s)
+        train_step = make_trainer(images, logits, s)
+    run.set_parameter_count(env.parameter_count(logits))
+
+    # --- train
+    for _ in range(s.epochs):
+        for x, y in run.train_batches(data.x_train, data.y_train):
+            trainer = train_step(x, y)
+        run.end_epoch(trainer.previous_minibatch_loss_average)
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for x, y in run.eval_batches(data.x_test, data.y_test):
+            predictions = logits.eval({images: x}).argmax(axis=1)  # inference: dropout off (lesson 5)
+            correct += int((predictions == y).sum())
+            total += len(y)
+    run.record_accuracy(correct, total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    # dropout off for the steps too: dropout is random and frameworks' generators differ
+    images, logits, layers = vgg_style_cnn(s, dropout=False)
+    load_canonical(layers, params)
+    run.set_parameter_count(env.parameter_count(logits))
+    before = logits.eval({images: batch["x"]})
+    train_step = make_trainer(images, logits, s)
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(batch["x"], batch["y"])
+    return {"logits": before, "logits_after_training": logits.eval({images: batch["x"]})}

@@ -1,0 +1,133 @@
+"""CNTK's device, precision and provenance switches, and the numpy layout conversions its workloads use.
+
+CNTK 2.7 (2019) is the last release: Python 3.6 at most, CUDA 10.0 / cuDNN 7. Everything in this
+file and in the three CNTK workload files runs on Python 3.6 (no f-string "=", no walrus, no
+`from __future__ import annotations`). The layout conversions at the bottom are plain numpy
+functions that never touch CNTK, so the host's tests check them without CNTK installed (they import
+these modules over a stand-in `cntk` module that refuses every use: nothing runs CNTK at import).
+"""
+import os
+
+import cntk as C
+import numpy as np
+
+from workloads.common.harness import Run, Unsupported
+from workloads.common.hyperparams import SEED
+
+# CUDA 10.0 and cuDNN 7 know no GPU past Turing (compute capability 7.5): the image's metadata says
+# so (max_compute_capability), and the device check below refuses a newer GPU before any work.
+MAX_COMPUTE_CAPABILITY = (7, 5)
+
+
+# --- device, precision, provenance ----------------------------------------------------------------
+
+def select_device(run: Run) -> str:
+    """Pick the device ("cpu" or "cuda"), refuse what it cannot do (before any work), set the switches."""
+    gpus = [d for d in C.device.all_devices() if d.type() == C.device.DeviceKind.GPU]
+    if run.requested_device == "cuda" and not gpus:
+        raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only "
+                          "cntk wheel; cntk-gpu needs CUDA 10.0 / cuDNN 7)")
+    on_gpu = bool(gpus) and run.requested_device != "cpu"
+    if run.precision != "fp32":
+        raise Unsupported("{}: the CNTK rows run fp32 only (CNTK 2.7 predates TF32 and bf16, and its fp16 "
+                          "is not exposed through these layers and learners)".format(run.precision))
+    gpu_name = None
+    if on_gpu:
+        properties = C.device.get_gpu_properties(gpus[0])
+        capability = (properties.version_major, properties.version_minor)
+        if capability > MAX_COMPUTE_CAPABILITY:
+            raise Unsupported("CNTK 2.7's CUDA 10.0 / cuDNN 7 cannot target compute capability {}.{} "
+                              "(up to 7.5, Turing)".format(*capability))
+        gpu_name = properties.name
+        C.device.try_set_default_device(gpus[0])
+    else:
+        C.device.try_set_default_device(C.device.cpu())
+    C.cntk_py.set_fixed_random_seed(SEED)
+    if on_gpu:
+        run.sync = _sync
+    device = "cuda" if on_gpu else "cpu"
+    run.set_provenance(
+        framework_version=C.__version__,
+        device=device,
+        cuda_version="10.0 (cntk-gpu 2.7 build)" if on_gpu else None,
+        cudnn_version="7 (cntk-gpu 2.7 build)" if on_gpu else None,
+        gpu_name=gpu_name,
+        extras={"layout": "NCHW / sequence axis (CNTK's only layouts)",
+                "cudnn_autotune": "CNTK's default (cuDNN algorithms chosen by measuring)" if on_gpu else "n/a",
+                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+    )
+    return device
+
+
+_pending = []  # the last value a step left on the device, for _sync
+
+
+def keep_for_sync(value) -> None:
+    """Remember a step's output (a Trainer, or a Value): reading it back is how CNTK waits for the GPU."""
+    _pending[:] = [value]
+
+
+def _sync() -> None:
+    """CNTK has no device-wide synchronise in Python: copying the last result to the host waits for it."""
+    if _pending:
+        item = _pending[0]
+        if hasattr(item, "previous_minibatch_loss_average"):
+            if item.previous_minibatch_sample_count:
+                item.previous_minibatch_loss_average  # noqa: B018 - the copy to the host is the point
+        elif hasattr(item, "asarray"):
+            item.asarray()
+
+
+def parameter_count(function) -> int:
+    """Trainable parameters; batch norm's running statistics are CNTK constants, not parameters."""
+    return int(sum(int(np.prod(p.shape)) for p in function.parameters))
+
+
+def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
+    """cross_entropy_with_softmax takes one-hot targets: integer labels become float32 rows."""
+    return np.eye(classes, dtype=np.float32)[labels]
+
+
+# --- canonical layouts -> CNTK's, numpy only ------------------------------------------------------
+# CNTK keeps tensors column-major and shows them to Python with their axes reversed, so a Python
+# (rows, columns) array is what C++ sees as columns x rows: numpy's row-major order is the memory
+# order. Convolution kernels are (out, in, height, width), the canonical OIHW; dense kernels are
+# (in, out), used as times(x, W) = x @ W, the canonical form.
+
+def conv_bias(bias: np.ndarray) -> np.ndarray:
+    """Convolution2D's bias is (out, 1, 1), broadcast over height and width."""
+    return np.ascontiguousarray(bias.reshape(-1, 1, 1))
+
+
+def cudnn_gru_size(inputs: int, hidden: int) -> int:
+    """Floats in cuDNN's packed parameters of one unidirectional GRU layer: 6 matrices, 6 biases."""
+    return 3 * hidden * inputs + 3 * hidden * hidden + 6 * hidden
+
+
+def pack_cudnn_gru(kernel: np.ndarray, recurrent_kernel: np.ndarray, input_bias: np.ndarray,
+                   recurrent_bias: np.ndarray) -> np.ndarray:
+    """Canonical GRU weights -> the weight of C.optimized_rnnstack(recurrent_op='gru'), (size / hidden, hidden).
+
+    optimized_rnnstack hands its weight to cuDNN as one flat buffer in cuDNN's own order: the
+    input matrices W_r, W_z, W_n (each hidden x inputs, row-major), the recurrent matrices
+    R_r, R_z, R_n (hidden x hidden), then the biases b_Wr, b_Wz, b_Wn, b_Rr, b_Rz, b_Rn. cuDNN's
+    gate order is the canonical r, z, n, and its GRU is the canonical reset-after form with two
+    biases per gate. The canonical kernels are (in, 3*hidden) for x @ W, so each gate block is
+    transposed. The Python shape is (size / hidden, hidden): its row-major order is the buffer.
+    """
+    hidden = recurrent_kernel.shape[0]
+    matrices = np.split(kernel, 3, axis=1) + np.split(recurrent_kernel, 3, axis=1)
+    flat = np.concatenate([block.T.ravel() for block in matrices] + [input_bias.ravel(), recurrent_bias.ravel()])
+    assert flat.size == cudnn_gru_size(kernel.shape[0], hidden)
+    return np.ascontiguousarray(flat.reshape(-1, hidden), dtype=np.float32)
+
+
+def unpack_cudnn_gru(packed: np.ndarray, inputs: int, hidden: int):
+    """The inverse of pack_cudnn_gru: (kernel, recurrent_kernel, input_bias, recurrent_bias), canonical."""
+    flat = np.asarray(packed).ravel()
+    assert flat.size == cudnn_gru_size(inputs, hidden), (flat.size, inputs, hidden)
+    sizes = [hidden * inputs] * 3 + [hidden * hidden] * 3 + [hidden] * 6
+    pieces = np.split(flat, np.cumsum(sizes)[:-1])
+    kernel = np.concatenate([p.reshape(hidden, inputs).T for p in pieces[0:3]], axis=1)
+    recurrent_kernel = np.concatenate([p.reshape(hidden, hidden).T for p in pieces[3:6]], axis=1)
+    return kernel, recurrent_kernel, np.concatenate(pieces[6:9]), np.concatenate(pieces[9:12])
