@@ -155,8 +155,12 @@ def _ensure(backend, frameworks: dict, *, data_dir: Path, results_dir: Path, tim
     shutil.rmtree(incoming / "canonical", ignore_errors=True)
     if result.status != "ok":
         shutil.rmtree(incoming, ignore_errors=True)
+        hint = ""
+        if backend.name == "docker":  # an image keeps its tag when its requirements or workloads change
+            hint = (f"if PyTorch's image predates ONNX export (onnx, onnxscript, --export-onnx), rebuild it: "
+                    f"`python -m orchestrator build {EXPORTER} --variant {variant.name}`; ")
         return None, (f"no ONNX model: exporting it in {where} {result.status} ({_first_line(result.reason)}); "
-                      f"log: {log_path}")
+                      f"{hint}log: {log_path}")
     record = valid_export(incoming)
     if record is None:
         shutil.rmtree(incoming, ignore_errors=True)
@@ -167,6 +171,7 @@ def _ensure(backend, frameworks: dict, *, data_dir: Path, results_dir: Path, tim
                   pytorch_requirements=f"{variant.requirements.name} sha256 {environment}",
                   git_revision=git_revision)
     write_json_atomic(incoming / "export.json", record)
+    (incoming / "export.json").chmod(0o644)  # read by the cells, a container's user among them
     incoming.chmod(0o755)
     try:
         incoming.rename(final)

@@ -148,6 +148,7 @@ def test_exported_once_then_reused_and_recorded(tmp_path):
     assert folder.startswith("onnx/resnet50-") and sources.problem(Cell("onnxruntime", "resnet50")) is None
     assert sources.folder(Cell("pytorch", "resnet50")) is None and sources.folder(Cell("onnxruntime", "cnn")) is None
     record = json.loads((tmp_path / "data" / folder / "export.json").read_text())
+    assert (tmp_path / "data" / folder / "export.json").stat().st_mode & 0o777 == 0o644  # a container's user reads it
     assert record["canonical_weights_sha256"] == onnx_export.weights_digest(canonical.parameters("resnet50"))
     assert record["exported_by"] == "fake backend, /venvs/pytorch/bin/python" and record["opset"] == 20
     assert sorted(p.name for p in (tmp_path / "data" / folder).iterdir()) == ["export.json", "model.onnx",
