@@ -2,11 +2,13 @@
 
 Most frameworks are `workloads/<workload>/<framework>.py` (dashes become underscores). The Keras 3
 rows are one implementation, `workloads/<workload>/keras.py`, run on three backends: the modern
-form of the original study's Keras(TF) / Keras(CNTK) rows.
+form of the original study's Keras(TF) / Keras(CNTK) rows. The keras-cntk row is that study's own
+Keras 2.2 on CNTK, whose API differs from Keras 3: its own files, `workloads/<workload>/keras_cntk.py`.
 """
 from typing import Dict, List
 
 KERAS_BACKENDS = {"keras-tf": "tensorflow", "keras-jax": "jax", "keras-torch": "torch"}
+KERAS2_BACKENDS = {"keras-cntk": "cntk"}  # Keras 2.2, chosen by the same variable
 
 
 def module_name(framework: str) -> str:
@@ -22,6 +24,5 @@ def frameworks_of(module: str) -> List[str]:
 
 def environment(framework: str) -> Dict[str, str]:
     """Variables to set before the framework is imported."""
-    if framework in KERAS_BACKENDS:
-        return {"KERAS_BACKEND": KERAS_BACKENDS[framework]}
-    return {}
+    backend = KERAS_BACKENDS.get(framework) or KERAS2_BACKENDS.get(framework)
+    return {"KERAS_BACKEND": backend} if backend else {}

@@ -1,0 +1,122 @@
+"""VGG-style CNN trained on CIFAR-10, in Keras 2.2 on CNTK (the original study's Keras(CNTK) row).
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the loss
+(categorical_crossentropy with from_logits=True, which Keras' CNTK backend maps to CNTK's
+cross_entropy_with_softmax). Compare with workloads/cnn/keras.py: the same model in Keras 3.
+"""
+import keras
+from keras import layers
+
+from workloads.common import canonical, hyperparams
+from workloads.common.harness import Run
+from workloads.runtime import keras_cntk as env
+
+MATCHED = (
+    "channels_first (NCHW), CNTK's native layout: no transposes in the convolutions",
+    "Keras 2.2's Flatten turns channels_first maps to (H, W, C) before flattening (so dense weights "
+    "port between layouts): dense1's canonical (C, H, W) rows are permuted to match "
+    "(canonical.nchw_rows_to_nhwc_rows)",
+    "convolution kernels stored HWIO (Keras' own layout on every backend): canonical OIHW transposed",
+    "padding='same' on stride-1 3x3 convolutions pads 1 on each side, as PyTorch's padding=1",
+    "Keras' SGD momentum v = m*v - lr*g, w += v equals the plain form v = m*v + g, w -= lr*v at a "
+    "constant learning rate (no unit gain)",
+    "loss: categorical_crossentropy(from_logits=True) on one-hot labels (Keras 2.2's sparse loss "
+    "has no from_logits), the batch mean",
+    "Glorot-uniform kernels and zero biases are Keras' defaults",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def vgg_style_cnn(s, dropout: bool = True) -> keras.Model:
+    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1
+        return layers.Conv2D(filters, 3, padding="same", data_format="channels_first", name=name, **options)
+
+    def pool():
+        return layers.MaxPooling2D(2, 2, data_format="channels_first")
+
+    def drop(rate):  # the parity check trains with dropout off
+        return layers.Dropout(rate if dropout else 0.0)
+
+    images = keras.Input(shape=s.image_shape)  # (channels, height, width), as the harness gives them
+    x = conv(s.conv1_filters, "conv1", activation="relu")(images)
+    x = conv(s.conv1_filters, "conv2")(x)
+    x = drop(s.dropout_conv)(layers.Activation("relu")(pool()(x)))
+    x = conv(s.conv2_filters, "conv3", activation="relu")(x)
+    x = conv(s.conv2_filters, "conv4")(x)
+    x = drop(s.dropout_conv)(layers.Activation("relu")(pool()(x)))
+    x = layers.Flatten(data_format="channels_first")(x)  # Keras 2.2 flattens these maps in (H, W, C) order
+    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)
+    x = drop(s.dropout_dense)(x)
+    logits = layers.Dense(s.classes, name="dense2")(x)  # logits: softmax lives in the loss
+    return keras.Model(images, logits, name="vgg_style_cnn")
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def canonical_arrays(params: dict) -> dict:
+    """Each layer's weights in Keras' order and layout (numpy only): kernels HWIO, dense (in, out),
+    dense1's rows in the (H, W, C) order of Keras 2.2's channels_first Flatten."""
+    s = hyperparams.settings("cnn", "full")
+    arrays = {name: [canonical.oihw_to_hwio(params[name + ".kernel"]), params[name + ".bias"]]
+              for name in ("conv1", "conv2", "conv3", "conv4")}
+    rows = canonical.nchw_rows_to_nhwc_rows(params["dense1.kernel"], s.conv2_filters, 8, 8)
+    arrays["dense1"] = [rows, params["dense1.bias"]]
+    arrays["dense2"] = [params["dense2.kernel"], params["dense2.bias"]]
+    return arrays
+
+
+def load_canonical(model: keras.Model, params: dict) -> None:
+    for name, weights in canonical_arrays(params).items():
+        model.get_layer(name).set_weights(weights)
+
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
+                  loss=env.cross_entropy_from_logits)
+    return model
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        model = compile_model(vgg_style_cnn(s), s)
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = model.train_on_batch(images, env.one_hot(labels, s.classes))
+        run.end_epoch(loss)
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            logits = model.predict_on_batch(images)  # inference mode: dropout off (lesson 5)
+            correct += int((logits.argmax(axis=1) == labels).sum())
+            total += len(labels)
+    run.record_accuracy(correct, total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    # dropout off for the steps too: dropout is random and frameworks' generators differ
+    model = compile_model(vgg_style_cnn(s, dropout=False), s)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    logits = model.predict_on_batch(batch["x"])
+    for _ in range(canonical.PARITY_STEPS):
+        model.train_on_batch(batch["x"], env.one_hot(batch["y"], s.classes))
+    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}

@@ -1,0 +1,75 @@
+"""Keras 2.2 on CNTK 2.7: the device, precision and provenance switches shared by the keras-cntk workloads.
+
+The original study's Keras(CNTK) row. Keras 2.2.5 is the multi-backend Keras of that study, not
+Keras 3 (which has no CNTK backend): its own workload files (workloads/*/keras_cntk.py), Python 3.6,
+KERAS_BACKEND=cntk set before `import keras` (workloads/common/naming.py; the image sets it too).
+Keras' CNTK backend takes CNTK's default device once, when it is imported: the best device there is
+(a GPU when one is visible), so the device is checked here rather than chosen.
+"""
+import os
+
+import cntk as C
+import keras
+import numpy as np
+from keras import backend as K
+
+from workloads.common.harness import Run, Unsupported
+from workloads.common.hyperparams import SEED
+
+MAX_COMPUTE_CAPABILITY = (7, 5)  # CUDA 10.0 / cuDNN 7 (cntk-gpu 2.7): up to Turing
+
+
+def select_device(run: Run) -> str:
+    """Check the device Keras' CNTK backend took, refuse what it cannot do (before any work), set the switches."""
+    if K.backend() != "cntk":
+        raise Unsupported("keras-cntk needs KERAS_BACKEND=cntk before Keras is imported (Keras chose {})".format(
+            K.backend()))
+    device = C.device.use_default_device()  # fixed by Keras' import
+    on_gpu = device.type() == C.device.DeviceKind.GPU
+    if run.requested_device == "cuda" and not on_gpu:
+        raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only cntk "
+                          "wheel; cntk-gpu needs CUDA 10.0 / cuDNN 7)")
+    if run.requested_device == "cpu" and on_gpu:
+        raise Unsupported("Keras' CNTK backend took the GPU when it was imported; set CUDA_VISIBLE_DEVICES= "
+                          "to run this cell on the CPU")
+    if run.precision != "fp32":
+        raise Unsupported("{}: Keras 2.2 has no mixed-precision API and CNTK 2.7 predates TF32 and bf16; "
+                          "these rows run fp32 only".format(run.precision))
+    gpu_name = None
+    if on_gpu:
+        properties = C.device.get_gpu_properties(device)
+        capability = (properties.version_major, properties.version_minor)
+        if capability > MAX_COMPUTE_CAPABILITY:
+            raise Unsupported("CNTK 2.7's CUDA 10.0 / cuDNN 7 cannot target compute capability {}.{} "
+                              "(up to 7.5, Turing)".format(*capability))
+        gpu_name = properties.name
+    K.set_image_data_format("channels_first")  # NCHW, CNTK's native layout: no transposes (lesson 3)
+    np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy
+    C.cntk_py.set_fixed_random_seed(SEED)
+    resolved = "cuda" if on_gpu else "cpu"
+    run.set_provenance(
+        framework_version="keras {} / cntk {}".format(keras.__version__, C.__version__),
+        device=resolved,
+        cuda_version="10.0 (cntk-gpu 2.7 build)" if on_gpu else None,
+        cudnn_version="7 (cntk-gpu 2.7 build)" if on_gpu else None,
+        gpu_name=gpu_name,
+        extras={"keras_backend": "cntk", "layout": "channels_first",
+                "train_step": "model.train_on_batch (returns the loss as a float: one host sync per step)",
+                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+    )
+    return resolved
+
+
+def parameter_count(model) -> int:
+    """Trainable weights only (Keras' count_params() adds batch norm's moving statistics)."""
+    return int(sum(K.count_params(weight) for weight in model.trainable_weights))
+
+
+def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
+    """The loss takes one-hot targets (Keras 2.2's sparse loss has no from_logits)."""
+    return np.eye(classes, dtype=np.float32)[labels]
+
+
+def cross_entropy_from_logits(targets, logits):
+    """Softmax folded into the loss (lesson 7): CNTK's cross_entropy_with_softmax under Keras' name."""
+    return K.categorical_crossentropy(targets, logits, from_logits=True)
