@@ -1,0 +1,133 @@
+"""VGG-style CNN trained on CIFAR-10, in MindSpore: an nn.Cell, nn.Momentum, one compiled (graph mode) step.
+
+conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
+settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+What to notice: a Cell reads like a PyTorch Module (construct = forward), but MindSpore's layer
+defaults differ from PyTorch's (no convolution bias, "same" padding), and the training step is
+written functionally (value_and_grad + optimizer) and compiled by mindspore.jit.
+"""
+import mindspore as ms
+from mindspore import nn
+from mindspore.common.initializer import XavierUniform
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import mindspore as env
+
+MATCHED = (
+    "convolution kernels OIHW and NCHW input: canonical as is; dense weights stored (out, in): "
+    "canonical (in, out) transposed",
+    "Conv2d pad_mode='pad', padding=1 (MindSpore's default pad_mode is 'same') and has_bias=True "
+    "(its default has no bias)",
+    "Glorot-uniform kernels (XavierUniform) and zero biases set explicitly",
+    "nn.Momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain), as PyTorch",
+    "loss nn.CrossEntropyLoss (mean over the batch) on int32 labels",
+    "nn.Dropout(p=rate): p is the drop probability (MindSpore 1.x took keep_prob)",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+class VGGStyleCNN(nn.Cell):
+    def __init__(self, s):
+        super().__init__()
+
+        def conv(in_channels, out_channels):  # padding 1 on each side: "same", as PyTorch's padding=1
+            return nn.Conv2d(in_channels, out_channels, 3, pad_mode="pad", padding=1, has_bias=True,
+                             weight_init=XavierUniform(), bias_init="zeros")
+
+        def dense(in_features, out_features):
+            return nn.Dense(in_features, out_features, weight_init=XavierUniform(), bias_init="zeros")
+
+        channels = s.image_shape[0]
+        self.conv1 = conv(channels, s.conv1_filters)
+        self.conv2 = conv(s.conv1_filters, s.conv1_filters)
+        self.conv3 = conv(s.conv1_filters, s.conv2_filters)
+        self.conv4 = conv(s.conv2_filters, s.conv2_filters)
+        self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.relu = nn.ReLU()
+        self.dropout_conv = nn.Dropout(p=s.dropout_conv)  # active only after set_train(True) (lesson 5)
+        self.dropout_dense = nn.Dropout(p=s.dropout_dense)
+        self.flatten = nn.Flatten()  # NCHW: already the canonical (C, H, W) order
+        self.dense1 = dense(s.conv2_filters * 8 * 8, s.dense_units)
+        self.dense2 = dense(s.dense_units, s.classes)
+
+    def construct(self, images):  # images: (N, C, H, W)
+        x = self.relu(self.conv1(images))
+        x = self.conv2(x)
+        x = self.dropout_conv(self.relu(self.pool(x)))
+        x = self.relu(self.conv3(x))
+        x = self.conv4(x)
+        x = self.dropout_conv(self.relu(self.pool(x)))
+        x = self.dropout_dense(self.relu(self.dense1(self.flatten(x))))
+        return self.dense2(x)  # logits: softmax lives in the loss
+
+
+def make_optimizer(network, s):
+    # nn.Momentum: v = m*v + g; w -= lr*v, PyTorch's plain momentum.
+    return nn.Momentum(network.trainable_params(), learning_rate=s.learning_rate, momentum=s.momentum)
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def load_canonical(network: VGGStyleCNN, params: dict) -> None:
+    """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
+    for name in ("conv1", "conv2", "conv3", "conv4"):
+        layer = getattr(network, name)
+        env.set_parameter(layer.weight, params[f"{name}.kernel"])
+        env.set_parameter(layer.bias, params[f"{name}.bias"])
+    for name in ("dense1", "dense2"):
+        layer = getattr(network, name)
+        env.set_parameter(layer.weight, canonical.dense_to_out_in(params[f"{name}.kernel"]))
+        env.set_parameter(layer.bias, params[f"{name}.bias"])
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_cifar10()
+
+    with run.phase("model_build"):
+        network = VGGStyleCNN(s)
+        network.set_train(True)  # dropout on
+        train_step = env.make_train_step(network, nn.CrossEntropyLoss(), make_optimizer(network, s))
+    run.set_parameter_count(env.parameter_count(network))
+
+    # --- train
+    for _ in range(s.epochs):
+        for images, labels in run.train_batches(data.x_train, data.y_train):
+            loss = train_step(images, labels)  # the loss stays on the device
+        run.end_epoch(float(loss))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        network.set_train(False)  # dropout off (lesson 5); graph mode compiles the inference graph once
+        correct, total = ms.Tensor(0, ms.int32), 0
+        for images, labels in run.eval_batches(data.x_test, data.y_test):
+            predictions = network(env.to_device(images)).argmax(axis=1)
+            correct = env.track(correct + (predictions == env.to_device(labels)).astype(ms.int32).sum())
+            total += len(labels)
+    run.record_accuracy(int(correct), total)
+    env.record_peak_memory(run)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    network = VGGStyleCNN(s)
+    load_canonical(network, params)
+    run.set_parameter_count(env.parameter_count(network))
+    network.set_train(False)  # dropout off, in the forward pass and inside the parity steps
+    images = env.to_device(batch["x"])
+    logits = network(images).asnumpy()
+    train_step = env.make_train_step(network, nn.CrossEntropyLoss(), make_optimizer(network, s))
+    for _ in range(canonical.PARITY_STEPS):
+        train_step(batch["x"], batch["y"])
+    after = network(images).asnumpy()
+    return {"logits": logits, "logits_after_training": after}
