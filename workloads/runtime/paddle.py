@@ -67,6 +67,8 @@ def select_device(run: Run) -> str:
     core.set_num_threads(threads)
     extras = {"layout": "NCHW / TNC", "graph": "dynamic (eager)", "threads": threads,
               "autocast": _AUTOCAST_DTYPES.get(precision, "none"), "paddle_commit": paddle.version.commit}
+    if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
+        extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
     if device_type == "cuda":
         # fp32 means true fp32: Paddle's CUDA build allows TF32 in cuBLAS and cuDNN by default.
         core.set_cublas_switch(precision == "tf32")
