@@ -2,7 +2,7 @@
 
 The workloads run Paddle's dynamic graph (its default mode since 2.0, eager like PyTorch). On a GPU
 its kernels are queued on a CUDA stream, so `run.sync` is `paddle.device.synchronize`; on the CPU
-eager kernels run before the call returns. Three defaults differ from PyTorch's and are set here:
+eager kernels run before the call returns. Three defaults differ from PyTorch's; each is handled here:
 Paddle's import pins the CPU math libraries to ONE thread (it sets OMP_NUM_THREADS=1 when unset),
 its CUDA build computes fp32 matmuls and convolutions in TF32 on Ampere and newer, and its
 dynamic-graph AMP leaves CPU kernels in float32 (so fp16 / bf16 need a GPU).
