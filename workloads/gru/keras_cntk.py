@@ -1,0 +1,133 @@
+"""GRU sentiment classifier trained on IMDB, in Keras 2.2 on CNTK (the original study's Keras(CNTK) row).
+
+embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
+workloads/common/hyperparams.py. Compare with workloads/gru/keras.py (Keras 3): Keras 2.2's GRU
+defaults to the other GRU (reset_after=False) with a hard sigmoid, so both are set here; its
+fused cuDNN layer (CuDNNGRU) exists for TensorFlow only, so on CNTK the GRU is Keras' own
+recurrence on a GPU too (lesson 2 cannot be followed from Keras on CNTK).
+"""
+import keras
+import numpy as np
+from keras import backend as K
+from keras import layers
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import keras_cntk as env
+
+MATCHED = (
+    "GRU(reset_after=True, recurrent_activation='sigmoid'): the canonical (cuDNN) form; Keras 2.2's "
+    "defaults are reset_after=False and a hard sigmoid, a different model",
+    "Keras orders gates z, r, n: canonical r, z, n reordered (canonical.gru_gates_rzn_to_zrn); kernels "
+    "(in, 3*hidden) as is; the two bias vectors stacked (2, 3*hidden), row 0 input, row 1 recurrent",
+    "no fused cuDNN GRU: Keras 2.2's CuDNNGRU is TensorFlow-only, so Keras' CNTK recurrence runs on the "
+    "GPU as on the CPU; batch-major input; the last time step's output; no masking of padding",
+    "Adam: Keras 2.2 adds epsilon to sqrt(v) (an effective eps/sqrt(1-b2^t)); a subclass adds it to "
+    "sqrt(v-hat), as PyTorch and the paper's Algorithm 1 (stock Keras 2.2 Adam: 8.2e-4 relative "
+    "difference after two steps, beyond tolerance)",
+    "loss: categorical_crossentropy(from_logits=True) on one-hot labels, the batch mean",
+    "Keras' default initialisers: Glorot-uniform kernel, orthogonal recurrent kernel, zero biases, "
+    "uniform(-0.05, 0.05) embedding",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def gru_classifier(s) -> keras.Model:
+    tokens = keras.Input(shape=(s.sequence_length,), dtype="int32")  # (batch, time)
+    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)
+    # reset_after=True: reset gate applied after the recurrent matmul, two bias vectors per gate,
+    # the form cuDNN implements; sigmoid gates (Keras 2.2 defaults to a hard sigmoid).
+    x = layers.GRU(s.hidden_size, reset_after=True, recurrent_activation="sigmoid", name="gru")(x)
+    logits = layers.Dense(s.classes, name="dense")(x)  # logits: softmax lives in the loss
+    return keras.Model(tokens, logits, name="gru_classifier")
+
+
+class Adam(keras.optimizers.Adam):
+    """Keras 2.2's Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
+
+    Keras' own update, w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v) + eps), is the paper's "efficient"
+    reordering, whose epsilon is in effect eps/sqrt(1-b2^t): 32x larger at step 1.
+    """
+
+    def get_updates(self, loss, params):
+        grads = self.get_gradients(loss, params)
+        self.updates = [K.update_add(self.iterations, 1)]
+        t = K.cast(self.iterations, K.floatx()) + 1
+        correction1, correction2 = 1. - K.pow(self.beta_1, t), 1. - K.pow(self.beta_2, t)
+        ms = [K.zeros(K.int_shape(p), dtype=K.dtype(p)) for p in params]
+        vs = [K.zeros(K.int_shape(p), dtype=K.dtype(p)) for p in params]
+        self.weights = [self.iterations] + ms + vs
+        for p, g, m, v in zip(params, grads, ms, vs):
+            m_t = self.beta_1 * m + (1. - self.beta_1) * g
+            v_t = self.beta_2 * v + (1. - self.beta_2) * K.square(g)
+            self.updates += [K.update(m, m_t), K.update(v, v_t),
+                             K.update(p, p - self.lr * (m_t / correction1) / (K.sqrt(v_t / correction2) + self.epsilon))]
+        return self.updates
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def canonical_arrays(params: dict) -> dict:
+    """Each layer's weights in Keras' order (numpy only): gates r, z, n -> z, r, n; biases stacked."""
+    reorder = canonical.gru_gates_rzn_to_zrn
+    return {
+        "embedding": [params["embedding.embeddings"]],
+        "gru": [reorder(params["gru.kernel"]), reorder(params["gru.recurrent_kernel"]),
+                np.stack([reorder(params["gru.input_bias"]), reorder(params["gru.recurrent_bias"])])],
+        "dense": [params["dense.kernel"], params["dense.bias"]],
+    }
+
+
+def load_canonical(model: keras.Model, params: dict) -> None:
+    for name, weights in canonical_arrays(params).items():
+        model.get_layer(name).set_weights(weights)
+
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    model.compile(optimizer=Adam(lr=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2, epsilon=s.epsilon),
+                  loss=env.cross_entropy_from_logits)
+    return model
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    env.select_device(run)
+
+    with run.phase("data_load"):
+        data = run.load_imdb()
+
+    with run.phase("model_build"):
+        model = compile_model(gru_classifier(s), s)
+    run.set_parameter_count(env.parameter_count(model))
+
+    # --- train
+    for _ in range(s.epochs):
+        for tokens, labels in run.train_batches(data.x_train, data.y_train):
+            loss = model.train_on_batch(tokens, env.one_hot(labels, s.classes))
+        run.end_epoch(loss)
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
+            logits = model.predict_on_batch(tokens)
+            correct += int((logits.argmax(axis=1) == labels).sum())
+            total += len(labels)
+    run.record_accuracy(correct, total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    env.select_device(run)
+    model = compile_model(gru_classifier(s), s)
+    load_canonical(model, params)
+    run.set_parameter_count(env.parameter_count(model))
+    logits = model.predict_on_batch(batch["x"])
+    for _ in range(canonical.PARITY_STEPS):
+        model.train_on_batch(batch["x"], env.one_hot(batch["y"], s.classes))
+    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}
