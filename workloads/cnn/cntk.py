@@ -6,11 +6,14 @@ settings from workloads/common/hyperparams.py. Softmax is folded into the loss
 (v = m*v + (1-m)*g), which the original study had to switch off; unit_gain=False is the plain form
 every other framework uses. Runs on Python 3.6 (CNTK 2.7's last).
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import cntk as env
+
 import cntk as C
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import cntk as env
 
 MATCHED = (
     "convolution kernels (out, in, height, width): canonical OIHW as is; biases shaped (out, 1, 1)",

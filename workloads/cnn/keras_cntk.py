@@ -5,12 +5,15 @@ settings from workloads/common/hyperparams.py. Softmax is folded into the loss
 (categorical_crossentropy with from_logits=True, which Keras' CNTK backend maps to CNTK's
 cross_entropy_with_softmax). Compare with workloads/cnn/keras.py: the same model in Keras 3.
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import keras_cntk as env
+
 import keras
 from keras import layers
 
 from workloads.common import canonical, hyperparams
 from workloads.common.harness import Run
-from workloads.runtime import keras_cntk as env
 
 MATCHED = (
     "channels_first (NCHW), CNTK's native layout: no transposes in the convolutions",
@@ -29,7 +32,7 @@ MATCHED = (
 
 # --- model --------------------------------------------------------------------------------------
 
-def vgg_style_cnn(s, dropout: bool = True) -> keras.Model:
+def vgg_style_cnn(s, dropout: bool = True) -> "keras.Model":
     def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1
         return layers.Conv2D(filters, 3, padding="same", data_format="channels_first", name=name, **options)
 
@@ -67,12 +70,12 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model: keras.Model, params: dict) -> None:
+def load_canonical(model: "keras.Model", params: dict) -> None:
     for name, weights in canonical_arrays(params).items():
         model.get_layer(name).set_weights(weights)
 
 
-def compile_model(model: keras.Model, s) -> keras.Model:
+def compile_model(model: "keras.Model", s) -> "keras.Model":
     model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
                   loss=env.cross_entropy_from_logits)
     return model

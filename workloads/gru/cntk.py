@@ -8,13 +8,16 @@ What to notice: on a GPU the GRU is C.optimized_rnnstack(recurrent_op='gru'), cu
 own layers.GRU is the other GRU (reset gate applied to h before its matmul, one bias per gate),
 so on the CPU the canonical reset-after cell is written out and run by layers.Recurrence.
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import cntk as env
+
 import cntk as C
 import numpy as np
 
 from workloads.common import canonical
 from workloads.common.harness import Run
 from workloads.common.hyperparams import SEED
-from workloads.runtime import cntk as env
 
 MATCHED = (
     "GPU: optimized_rnnstack(recurrent_op='gru'), cuDNN's reset-after GRU, gates r, z, n as canonical; "

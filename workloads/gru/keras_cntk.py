@@ -6,6 +6,10 @@ defaults to the other GRU (reset_after=False) with a hard sigmoid, so both are s
 fused cuDNN layer (CuDNNGRU) exists for TensorFlow only, so on CNTK the GRU is Keras' own
 recurrence on a GPU too (lesson 2 cannot be followed from Keras on CNTK).
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import keras_cntk as env
+
 import keras
 import numpy as np
 from keras import backend as K
@@ -13,7 +17,6 @@ from keras import layers
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import keras_cntk as env
 
 MATCHED = (
     "GRU(reset_after=True, recurrent_activation='sigmoid'): the canonical (cuDNN) form; Keras 2.2's "
@@ -33,7 +36,7 @@ MATCHED = (
 
 # --- model --------------------------------------------------------------------------------------
 
-def gru_classifier(s) -> keras.Model:
+def gru_classifier(s) -> "keras.Model":
     tokens = keras.Input(shape=(s.sequence_length,), dtype="int32")  # (batch, time)
     x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)
     # reset_after=True: reset gate applied after the recurrent matmul, two bias vectors per gate,
@@ -79,12 +82,12 @@ def canonical_arrays(params: dict) -> dict:
     }
 
 
-def load_canonical(model: keras.Model, params: dict) -> None:
+def load_canonical(model: "keras.Model", params: dict) -> None:
     for name, weights in canonical_arrays(params).items():
         model.get_layer(name).set_weights(weights)
 
 
-def compile_model(model: keras.Model, s) -> keras.Model:
+def compile_model(model: "keras.Model", s) -> "keras.Model":
     model.compile(optimizer=Adam(lr=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2, epsilon=s.epsilon),
                   loss=env.cross_entropy_from_logits)
     return model

@@ -7,11 +7,14 @@ What to notice: CNTK's pad=True centres the kernel on input positions 0, s, 2s, 
 kernels is exactly PyTorch's symmetric padding of k // 2, strided or not; batch norm's running
 statistics are CNTK constants (aggregate_mean / aggregate_variance), not parameters.
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import cntk as env
+
 import cntk as C
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import cntk as env
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",

@@ -5,12 +5,15 @@ v1.5 puts the stride of each downsampling block on the 3x3 convolution; keras.ap
 is v1 (stride on the 1x1), so the model is written out, as in workloads/resnet50/keras.py (Keras 3).
 Random weights and random inputs (seed 0): weights do not change the timing.
 """
+# The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
+# CNTK is linked against as an unsupported cell rather than a crash.
+from workloads.runtime import keras_cntk as env
+
 import keras
 from keras import layers
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import keras_cntk as env
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (keras.applications is v1)",
@@ -32,7 +35,7 @@ EXPANSION = 4
 CHANNELS = 1  # the channel axis of channels_first maps
 
 
-def resnet50_features(s) -> keras.Model:
+def resnet50_features(s) -> "keras.Model":
     def conv(x, filters, size, stride, name):
         if stride > 1 and size > 1:  # symmetric padding, as PyTorch's padding=size//2
             x = layers.ZeroPadding2D(size // 2, data_format="channels_first")(x)
@@ -86,7 +89,7 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model: keras.Model, params: dict) -> None:
+def load_canonical(model: "keras.Model", params: dict) -> None:
     arrays = canonical_arrays(params)
     weighted = [layer for layer in model.layers if layer.weights]
     assert {layer.name for layer in weighted} == set(arrays)

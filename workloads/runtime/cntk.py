@@ -5,14 +5,28 @@ file and in the three CNTK workload files runs on Python 3.6 (no f-string "=", n
 `from __future__ import annotations`). The layout conversions at the bottom are plain numpy
 functions that never touch CNTK, so the host's tests check them without CNTK installed (they import
 these modules over a stand-in `cntk` module that refuses every use: nothing runs CNTK at import).
+
+CNTK's libraries are linked against OpenMPI 1.10 by name (libmpi.so.12, libmpi_cxx.so.1), needed
+even in a single process. The workload files import this module before `import cntk`, so that a
+host without them gets an "unsupported here" cell that says how to provide them, not a crash.
 """
 import os
 
-import cntk as C
 import numpy as np
 
 from workloads.common.harness import Run, Unsupported
 from workloads.common.hyperparams import SEED
+
+MPI_MISSING = ("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
+               "Link an OpenMPI runtime's libmpi.so.* and libmpi_cxx.so.* under those names in a folder on "
+               "LD_LIBRARY_PATH, as images/cntk/Dockerfile does, or run the cell in its image")
+
+try:
+    import cntk as C
+except ImportError as error:
+    if "libmpi" not in str(error):
+        raise
+    raise Unsupported(MPI_MISSING.format(str(error).split(": cannot open shared object file")[0])) from None
 
 # CUDA 10.0 and cuDNN 7 know no GPU past Turing (compute capability 7.5): the image's metadata says
 # so (max_compute_capability), and the device check below refuses a newer GPU before any work.

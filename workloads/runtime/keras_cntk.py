@@ -4,17 +4,28 @@ The original study's Keras(CNTK) row. Keras 2.2.5 is the multi-backend Keras of 
 Keras 3 (which has no CNTK backend): its own workload files (workloads/*/keras_cntk.py), Python 3.6,
 KERAS_BACKEND=cntk set before `import keras` (workloads/common/naming.py; the image sets it too).
 Keras' CNTK backend takes CNTK's default device once, when it is imported: the best device there is
-(a GPU when one is visible), so the device is checked here rather than chosen.
+(a GPU when one is visible), so the device is checked here rather than chosen. The workload files
+import this module before Keras, so that a host without the OpenMPI libraries CNTK is linked against
+gets an "unsupported here" cell that says how to provide them.
 """
 import os
 
-import cntk as C
-import keras
 import numpy as np
-from keras import backend as K
 
 from workloads.common.harness import Run, Unsupported
 from workloads.common.hyperparams import SEED
+
+try:  # before Keras, which imports CNTK: a missing OpenMPI becomes an "unsupported here" reason
+    import cntk as C
+except ImportError as error:
+    if "libmpi" not in str(error):
+        raise
+    raise Unsupported("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
+                      "Link an OpenMPI runtime's libmpi.so.* and libmpi_cxx.so.* under those names in a folder on "
+                      "LD_LIBRARY_PATH, as images/keras-cntk/Dockerfile does, or run the cell in its image".format(
+                          str(error).split(": cannot open shared object file")[0])) from None
+import keras  # noqa: E402 - after CNTK's check
+from keras import backend as K  # noqa: E402
 
 MAX_COMPUTE_CAPABILITY = (7, 5)  # CUDA 10.0 / cuDNN 7 (cntk-gpu 2.7): up to Turing
 
