@@ -46,8 +46,10 @@ class VGGStyleCNN(nn.Cell):
         self.conv4 = conv(s.conv2_filters, s.conv2_filters)
         self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
         self.relu = nn.ReLU()
-        self.dropout_conv = nn.Dropout(p=s.dropout_conv)  # active only after set_train(True) (lesson 5)
-        self.dropout_dense = nn.Dropout(p=s.dropout_dense)
+        # active only after set_train(True) (lesson 5); one Cell per place, each with its own random stream
+        self.dropout1 = nn.Dropout(p=s.dropout_conv)
+        self.dropout2 = nn.Dropout(p=s.dropout_conv)
+        self.dropout3 = nn.Dropout(p=s.dropout_dense)
         self.flatten = nn.Flatten()  # NCHW: already the canonical (C, H, W) order
         self.dense1 = dense(s.conv2_filters * 8 * 8, s.dense_units)
         self.dense2 = dense(s.dense_units, s.classes)
@@ -55,11 +57,11 @@ class VGGStyleCNN(nn.Cell):
     def construct(self, images):  # images: (N, C, H, W)
         x = self.relu(self.conv1(images))
         x = self.conv2(x)
-        x = self.dropout_conv(self.relu(self.pool(x)))
+        x = self.dropout1(self.relu(self.pool(x)))
         x = self.relu(self.conv3(x))
         x = self.conv4(x)
-        x = self.dropout_conv(self.relu(self.pool(x)))
-        x = self.dropout_dense(self.relu(self.dense1(self.flatten(x))))
+        x = self.dropout2(self.relu(self.pool(x)))
+        x = self.dropout3(self.relu(self.dense1(self.flatten(x))))
         return self.dense2(x)  # logits: softmax lives in the loss
 
 

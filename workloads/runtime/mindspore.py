@@ -17,7 +17,8 @@ variable is already set: set ONEDNN_MAX_CPU_ISA=ALL to measure the default.
 
 Only fp32 is wired up: MindSpore's mixed precision (`mindspore.amp`) is not set up here, so other
 precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned off; MindSpore
-allows it for convolutions by default).
+allows it for convolutions by default). The GPU switches have not been run: there is no CUDA
+variant yet (images/mindspore/metadata.toml says why).
 """
 from __future__ import annotations
 
@@ -52,8 +53,15 @@ def track(output):
 
 
 def _gpu_available() -> bool:
-    """Whether this MindSpore loaded its GPU plugin (it needs CUDA 11.x and nvcc under CUDA_HOME)."""
-    from mindspore._c_expression import MSContext  # is_available() would log a warning on every CPU host
+    """Whether this MindSpore loaded its GPU plugin at import (it needs CUDA 11 and nvcc under CUDA_HOME).
+
+    The public ms.device_context.gpu.is_available() asks the same question but logs two warnings
+    (and every plugin's load error) on each CPU host, so the context it reads is asked directly.
+    """
+    try:
+        from mindspore._c_expression import MSContext
+    except ImportError:  # a later MindSpore that moved it
+        return ms.device_context.gpu.is_available()
     return MSContext.get_instance().is_pkg_support_device("GPU")
 
 
