@@ -1,0 +1,167 @@
+"""The Caffe2 row (torch 1.10.2's caffe2.python, Python <= 3.9), checked from this host's Python without it.
+
+- every caffe2 module imports over a stand-in `caffe2` package that refuses any use, so nothing
+  touches Caffe2 at import time and what the tests call is numpy;
+- the canonical -> Caffe2 layouts against numpy definitions of what Caffe2 computes (FC is
+  x @ W.T + b; gru_cell's GRUCell with linear_before_reset=True feeding the GRUUnit operator);
+- the recorded wheel listing says what images/caffe2/FINDING.md says;
+- with a Python that has the cpu requirements (ROSETTA_CAFFE2_PYTHON), the real parity.
+"""
+import importlib
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from numpy_reference import cnn_logits, gru_logits
+from workloads.common import canonical, hyperparams
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = ["workloads.cnn.caffe2", "workloads.resnet50.caffe2", "workloads.gru.caffe2", "workloads.runtime.caffe2"]
+STAND_INS = ["caffe2", "caffe2.proto", "caffe2.proto.caffe2_pb2", "caffe2.python", "caffe2.python.brew",
+             "caffe2.python.core", "caffe2.python.gru_cell", "caffe2.python.model_helper", "caffe2.python.optimizer",
+             "caffe2.python.workspace", "caffe2.python.modeling", "caffe2.python.modeling.initializers"]
+
+
+class _Refuses(types.ModuleType):
+    """A stand-in module: importable (its submodules are attributes), any other use fails the test."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AssertionError(f"{self.__name__}.{name} used while importing: the modules must not touch Caffe2 "
+                             f"at import time")
+
+
+@pytest.fixture(scope="module")
+def modules():
+    stand_ins = {name: _Refuses(name) for name in STAND_INS}
+    for name, module in stand_ins.items():
+        parent, _, child = name.rpartition(".")
+        if parent:
+            object.__setattr__(stand_ins[parent], child, module)
+    stand_ins["caffe2.python.modeling.initializers"].Initializer = type("Initializer", (), {})
+    saved = {name: sys.modules.get(name) for name in STAND_INS + MODULES}
+    sys.modules.update(stand_ins)
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    try:
+        yield {name: importlib.import_module(name) for name in MODULES}
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_every_module_imports_without_caffe2_and_has_the_workload_sections(modules):
+    for name in MODULES[:3]:
+        module = modules[name]
+        assert module.MATCHED and all(isinstance(line, str) and line for line in module.MATCHED), name
+        for function in ("run", "parity", "load_canonical", "canonical_arrays"):
+            assert callable(getattr(module, function)), (name, function)
+
+
+def test_cnn_blobs_compute_the_canonical_logits(modules):
+    """Caffe2: conv weights (out, in, h, w) = OIHW; FC weights (out, in): y = x @ W.T + b."""
+    params, batch = canonical.cnn_parameters(), canonical.parity_batch("cnn")
+    arrays = modules["workloads.cnn.caffe2"].canonical_arrays(params)
+    assert arrays["dense1_w"].shape == (512, 6400) and arrays["logits_w"].shape == (10, 512)
+    as_canonical = {}
+    for name, layer in (("conv1", "conv1"), ("conv2", "conv2"), ("conv3", "conv3"), ("conv4", "conv4"),
+                        ("dense1", "dense1"), ("logits", "dense2")):
+        weight = arrays[name + "_w"]
+        as_canonical[layer + ".kernel"] = weight.T if weight.ndim == 2 else weight
+        as_canonical[layer + ".bias"] = arrays[name + "_b"]
+    np.testing.assert_allclose(cnn_logits(as_canonical, batch["x"]), cnn_logits(params, batch["x"]),
+                               rtol=1e-5, atol=1e-6)  # float32: only the summation order differs
+    assert canonical.parameter_count(arrays) == hyperparams.settings("cnn", "full").parameter_count
+
+
+def test_resnet50_blobs_cover_every_canonical_array(modules):
+    params = canonical.resnet50_parameters()
+    arrays = modules["workloads.resnet50.caffe2"].canonical_arrays(params)
+    assert len(arrays) == len(params)
+    assert {name.rpartition("_")[2] for name in arrays} == {"w", "s", "b", "rm", "riv"}
+    assert arrays["stage2_block0_shortcut_conv_w"] is params["stage2.block0.shortcut.conv.kernel"]  # OIHW as is
+    assert arrays["stem_bn_riv"] is params["stem.bn.moving_variance"]  # brew's "_riv" blob holds the variance
+
+
+def caffe2_gru_step(x, h, arrays, hidden):
+    """caffe2/python/gru_cell.py (GRUCell._apply, linear_before_reset=True) and the GRUUnit operator:
+    the input FC i2h projects x for the three gates [reset, update, output]; one FC per gate on h;
+        r = sigma(i2h_r + fc_r(h));  u = i2h_u + fc_u(h);  o = i2h_o + r * fc_o(h)
+        h' = h * sigma(u) + tanh(o) * (1 - sigma(u))           (GRUUnit)"""
+    def fc(v, name):
+        return v @ arrays[name + "_w"].T + arrays[name + "_b"]
+
+    i2h = fc(x, "gru/i2h")
+    reset = sigmoid(i2h[:, :hidden] + fc(h, "gru/reset_gate_t"))
+    update = i2h[:, hidden:2 * hidden] + fc(h, "gru/update_gate_t")
+    output = i2h[:, 2 * hidden:] + reset * fc(h, "gru/output_gate_t")
+    return h * sigmoid(update) + np.tanh(output) * (1 - sigmoid(update))
+
+
+def test_gru_blobs_in_caffe2s_cell_give_the_canonical_logits(modules):
+    params, batch = canonical.gru_parameters(), canonical.parity_batch("gru")
+    arrays = modules["workloads.gru.caffe2"].canonical_arrays(params)
+    assert canonical.parameter_count(arrays) == hyperparams.settings("gru", "full").parameter_count
+    hidden = params["gru.recurrent_kernel"].shape[0]
+    tokens = batch["x"]
+    embedded = arrays["embeddings"][tokens].astype(np.float64)
+    h = np.zeros((len(tokens), hidden))
+    for step in range(tokens.shape[1]):
+        h = caffe2_gru_step(embedded[:, step], h, arrays, hidden)
+    logits = h @ arrays["logits_w"].T + arrays["logits_b"]
+    np.testing.assert_allclose(logits, gru_logits(params, tokens), rtol=1e-6, atol=1e-6)
+    # the update and reset FCs are not interchangeable: swapping them gives another model
+    swapped = dict(arrays, **{"gru/reset_gate_t_w": arrays["gru/update_gate_t_w"],
+                              "gru/update_gate_t_w": arrays["gru/reset_gate_t_w"]})
+    one = caffe2_gru_step(embedded[:, 0], np.ones((len(tokens), hidden)) * 0.5, arrays, hidden)
+    other = caffe2_gru_step(embedded[:, 0], np.ones((len(tokens), hidden)) * 0.5, swapped, hidden)
+    assert not np.allclose(one, other, atol=1e-4)
+
+
+def test_the_recorded_wheel_listing_backs_the_finding():
+    """images/caffe2/wheel-evidence.txt (wheel_evidence.py's output): the compiled binding is in every
+    Linux wheel up to torch 1.10.2, for Python 3.6-3.9, and in none after it."""
+    rows = [line.split(" | ") for line in (ROOT / "images" / "caffe2" / "wheel-evidence.txt").read_text().splitlines()
+            if line and not line.startswith(("#", "version"))]
+    version = lambda text: tuple(int(part) for part in text.split("."))  # noqa: E731
+    with_binding = {(row[0], row[2]) for row in rows if "caffe2_pybind11_state." in row[7]}
+    assert with_binding and all(version(v) <= (1, 10, 2) for v, _ in with_binding)
+    assert {tag for v, tag in with_binding if v == "1.10.2"} == {"cp36", "cp37", "cp38", "cp39"}
+    assert all("caffe2_pybind11_state" not in row[7] for row in rows if version(row[0]) > (1, 10, 2))
+    assert all(row[4] == "0" for row in rows if version(row[0]) >= (1, 13, 0))  # no caffe2/python at all
+    assert any(row[2] == "cp310" for row in rows if version(row[0]) == (1, 11, 0))  # the first cp310 wheels: none
+
+
+@pytest.mark.e2e
+def test_parity_in_a_caffe2_environment(tmp_path):
+    python = os.environ.get("ROSETTA_CAFFE2_PYTHON")
+    if not python:
+        pytest.skip("set ROSETTA_CAFFE2_PYTHON to a Python 3.9 with images/caffe2/requirements-cpu.txt to run "
+                    "the Caffe2 row here")
+    for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
+        folder = canonical.write(tmp_path / workload, workload)
+        out = tmp_path / f"{workload}.json"
+        completed = subprocess.run([python, "-m", "workloads", workload, "--framework", "caffe2", "--parity",
+                                    str(folder), "--out", str(out)], capture_output=True, text=True,
+                                   env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=1800)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        outputs = json.loads(out.read_text())["outputs"]
+        weights, batch = canonical.load(folder)
+        expected = definition(weights, batch["x"])
+        got = np.asarray(outputs["logits"])
+        assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
+        assert not np.allclose(outputs["logits_after_training"], got)  # the steps did train

@@ -1,0 +1,179 @@
+"""GRU sentiment classifier trained on IMDB, in Caffe2 (gru_cell over a RecurrentNetwork operator).
+
+embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
+workloads/common/hyperparams.py. What to notice: gru_cell.GRU(linear_before_reset=True) is the
+cuDNN form ("matches cudnn semantics", says its source); Caffe2's default is the other GRU. Its
+weights are four FC layers: one input projection for all three gates, one recurrent FC per gate.
+Caffe2's own Adam operator adds epsilon to sqrt(v), Keras' form, so Adam is written out in
+operators, and the embedding's sparse gradient (from Gather) is made dense first, as PyTorch's.
+"""
+import numpy as np
+from caffe2.python import brew, core, gru_cell, model_helper, workspace
+from caffe2.python.modeling.initializers import Initializer
+
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.runtime import caffe2 as env
+
+MATCHED = (
+    "gru_cell.GRU(linear_before_reset=True): the canonical reset-after form, gates r, z, n in that order; "
+    "Caffe2's default linear_before_reset=False is the other GRU",
+    "weights: i2h (3*hidden, in) = canonical kernel transposed, with the input bias; reset/update/output "
+    "FCs (hidden, hidden) = the recurrent kernel's three blocks transposed, each with its recurrent bias",
+    "time-major (TNC) input to the RecurrentNetwork operator (lesson 3); every sequence length = 150, so "
+    "nothing is masked; the last time step's output feeds the dense layer",
+    "Adam written out in operators in PyTorch's form, epsilon added to sqrt(v-hat); Caffe2's Adam operator "
+    "adds it to sqrt(v) (Keras' form), and SparseAdam would update only the rows in the batch",
+    "the embedding's gradient from Gather (a sparse slice) summed into a dense gradient (SparseToDense)",
+    "SoftmaxWithLoss: mean cross-entropy over the batch; Caffe2's default initialisers (XavierFill), "
+    "uniform(-0.05, 0.05) embedding",
+    "no cuDNN GRU: Caffe2's cuDNN Recurrent operator has no Python helper for GRU; GRUUnit per step on a GPU too",
+)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def gru_classifier(model, s):
+    """Add the network to `model`: blobs "tokens" (time, batch) int32, "seq_lengths", "h0" in; "logits" out."""
+    embeddings = model.create_param("embeddings", shape=[s.vocabulary, s.embedding_size],
+                                    initializer=Initializer("UniformFill", min=-0.05, max=0.05))
+    x = model.net.Gather([embeddings, "tokens"], "embedded")  # (time, batch, embedding_size)
+    # linear_before_reset=True: the reset gate scales (h U_n + b_hn), the cuDNN / canonical form
+    _, last = gru_cell.GRU(model, x, "seq_lengths", ["h0"], dim_in=s.embedding_size, dim_out=s.hidden_size,
+                           scope="gru", outputs_with_grads=(1,), linear_before_reset=True)
+    last = model.net.Squeeze(last, "last", dims=[0])  # (1, batch, hidden) -> (batch, hidden)
+    return brew.fc(model, last, "logits", dim_in=s.hidden_size, dim_out=s.classes)  # softmax lives in the loss
+
+
+def add_adam(model, gradients: dict, s) -> None:
+    """Adam as PyTorch computes it, w -= lr * m_hat / (sqrt(v_hat) + eps), for every parameter."""
+    init, net = model.param_init_net, model.net
+
+    def constant(name, value):
+        return init.ConstantFill([], name, shape=[1], value=float(value))
+
+    beta1, beta2 = constant("adam_beta1", s.beta1), constant("adam_beta2", s.beta2)
+    one_minus_beta1, one_minus_beta2 = constant("adam_1_beta1", 1 - s.beta1), constant("adam_1_beta2", 1 - s.beta2)
+    one, epsilon, rate = constant("adam_one", 1.0), constant("adam_epsilon", s.epsilon), constant("adam_lr", s.learning_rate)
+    power1, power2 = constant("adam_beta1_power", 1.0), constant("adam_beta2_power", 1.0)
+    net.Mul([power1, beta1], power1)  # beta1^t, once per step
+    net.Mul([power2, beta2], power2)
+    correction1, correction2 = net.Sub([one, power1], "adam_correction1"), net.Sub([one, power2], "adam_correction2")
+    for parameter in model.params:
+        gradient = gradients[parameter]
+        name = str(parameter)
+        if isinstance(gradient, core.GradientSlice):  # the embedding's: one row per token occurrence
+            indices = net.FlattenToVec(gradient.indices, name + "_grad_indices")  # (time, batch) -> flat
+            rows, _ = net.Reshape(gradient.values, [name + "_grad_rows", name + "_grad_shape"], shape=(-1, s.embedding_size))
+            gradient = net.SparseToDense([indices, rows, parameter], name + "_dense_grad")  # sums repeated tokens
+        m = init.ConstantFill([parameter], name + "_adam_m", value=0.0)
+        v = init.ConstantFill([parameter], name + "_adam_v", value=0.0)
+        net.WeightedSum([m, beta1, gradient, one_minus_beta1], m)  # m = b1*m + (1-b1)*g
+        net.WeightedSum([v, beta2, net.Sqr(gradient, name + "_adam_g2"), one_minus_beta2], v)
+        m_hat = net.Div([m, correction1], name + "_adam_m_hat")
+        denominator = net.Add([net.Sqrt(net.Div([v, correction2], name + "_adam_v_hat"), name + "_adam_sqrt"),
+                               epsilon], name + "_adam_denominator")
+        step = net.Mul([net.Div([m_hat, denominator], name + "_adam_ratio"), rate], name + "_adam_step")
+        net.Sub([parameter, step], parameter)
+
+
+def build(s, device_option, batch_size: int):
+    train = model_helper.ModelHelper(name="gru_train")
+    test = model_helper.ModelHelper(name="gru_test", init_params=False)
+    with core.DeviceScope(device_option):
+        gru_classifier(train, s)
+        _, loss = train.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])  # the batch mean
+        add_adam(train, train.AddGradientOperators([loss]), s)
+        gru_classifier(test, s)  # the same blobs: "gru/..." parameters are shared by name
+    feed_batch(np.zeros((batch_size, s.sequence_length), np.int32), s, device_option)
+    env.feed("labels", np.zeros(batch_size, np.int32), device_option)
+    workspace.RunNetOnce(train.param_init_net)
+    workspace.CreateNet(train.net)
+    workspace.CreateNet(test.net)
+    return train, test
+
+
+def feed_batch(tokens: np.ndarray, s, device_option) -> None:
+    """Tokens time-major (TNC, lesson 3); every review runs all its steps, padding included."""
+    env.feed("tokens", np.ascontiguousarray(tokens.T, dtype=np.int32), device_option)
+    env.feed("seq_lengths", np.full(len(tokens), tokens.shape[1], np.int32), device_option)
+    env.feed("h0", np.zeros((1, len(tokens), s.hidden_size), np.float32), device_option)
+
+
+# --- canonical weights --------------------------------------------------------------------------
+
+def canonical_arrays(params: dict) -> dict:
+    """Blob name -> array (numpy only): FC weights (out, in), so the canonical kernels transposed."""
+    hidden = params["gru.recurrent_kernel"].shape[0]
+    arrays = {"embeddings": params["embedding.embeddings"],
+              "gru/i2h_w": canonical.dense_to_out_in(params["gru.kernel"]),  # rows r, z, n
+              "gru/i2h_b": params["gru.input_bias"],
+              "logits_w": canonical.dense_to_out_in(params["dense.kernel"]), "logits_b": params["dense.bias"]}
+    for index, gate in enumerate(("reset_gate_t", "update_gate_t", "output_gate_t")):  # r, z, n
+        block = slice(index * hidden, (index + 1) * hidden)
+        arrays["gru/{}_w".format(gate)] = canonical.dense_to_out_in(params["gru.recurrent_kernel"][:, block])
+        arrays["gru/{}_b".format(gate)] = np.ascontiguousarray(params["gru.recurrent_bias"][block])
+    return arrays
+
+
+def load_canonical(model, params: dict, device_option) -> None:
+    arrays = canonical_arrays(params)
+    assert set(arrays) == {str(p) for p in model.params}, set(arrays) ^ {str(p) for p in model.params}
+    for name, value in arrays.items():
+        assert workspace.FetchBlob(name).shape == value.shape, name
+        env.feed(name, value, device_option)
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+def run(run: Run) -> None:
+    s = run.settings
+    device_option = env.select_device(run)
+    run.set_provenance(extras={"gru": "gru_cell (RecurrentNetwork + GRUUnit)"})
+
+    with run.phase("data_load"):
+        data = run.load_imdb()
+
+    with run.phase("model_build"):
+        train, test = build(s, device_option, s.batch_size)
+    run.set_parameter_count(env.parameter_count(train))
+
+    # --- train
+    for _ in range(s.epochs):
+        for tokens, labels in run.train_batches(data.x_train, data.y_train):
+            feed_batch(tokens, s, device_option)
+            env.feed("labels", labels.astype(np.int32), device_option)
+            workspace.RunNet(train.net)  # forward, backward and the Adam operators
+        run.end_epoch(float(workspace.FetchBlob("loss")))
+
+    # --- evaluate
+    with run.phase("evaluate"):
+        correct, total = 0, 0
+        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
+            feed_batch(tokens, s, device_option)
+            workspace.RunNet(test.net)
+            correct += int((workspace.FetchBlob("logits").argmax(axis=1) == labels).sum())
+            total += len(labels)
+    run.record_accuracy(correct, total)
+
+
+# --- parity -------------------------------------------------------------------------------------
+
+def parity(run: Run, params: dict, batch: dict) -> dict:
+    s = run.settings
+    device_option = env.select_device(run)
+    train, test = build(s, device_option, len(batch["x"]))
+    load_canonical(train, params, device_option)
+    run.set_parameter_count(env.parameter_count(train))
+
+    def logits():
+        feed_batch(batch["x"], s, device_option)
+        workspace.RunNet(test.net)
+        return workspace.FetchBlob("logits").copy()
+
+    before = logits()
+    env.feed("labels", batch["y"].astype(np.int32), device_option)
+    for _ in range(canonical.PARITY_STEPS):
+        feed_batch(batch["x"], s, device_option)
+        workspace.RunNet(train.net)
+    return {"logits": before, "logits_after_training": logits()}
