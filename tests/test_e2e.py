@@ -141,3 +141,45 @@ def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
     for name in names:
         assert f"| {name} |" in table
     assert "FAIL" not in table
+
+
+def frameworks_on_other_pythons() -> tuple[list[str], list[str]]:
+    """(frameworks whose CPU variant needs another Python that this host has, those it lacks)."""
+    from orchestrator import frameworks
+    from orchestrator.backends.local import find_python
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    others = [(name, framework.variants["cpu"].python) for name, framework in frameworks.discover().items()
+              if "cpu" in framework.variants and framework.variants["cpu"].python not in (None, here)]
+    return ([name for name, version in others if find_python(version)],
+            [name for name, version in others if not find_python(version)])
+
+
+def test_frameworks_on_other_pythons_run_where_the_host_has_that_python(tmp_path):
+    """CNTK and Keras 2.2 (Python 3.6) and Caffe2 (3.9), in environments the local backend builds
+    from the host's other Pythons (pyenv's here): ok smoke cells and parity with PyTorch. CNTK also
+    needs OpenMPI under its 1.10 names (images/cntk/openmpi-compat.sh; .ci/run provides them)."""
+    import os
+
+    present, missing = frameworks_on_other_pythons()
+    if not present:
+        pytest.skip(f"this host has none of the Pythons {', '.join(missing)} need")
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
+               "--frameworks", ",".join(present), "--profile", "smoke", "--data", "synthetic",
+               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
+    results = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
+    no_mpi = [r for r in results if r.status == "unsupported" and "OpenMPI 1.10" in (r.reason or "")]
+    if no_mpi and not os.environ.get("CI"):
+        pytest.skip(f"{no_mpi[0].reason[:160]}... (CI provides OpenMPI)")
+    not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"}
+    assert completed.returncode == 0 and not not_ok and len(results) == 3 * len(present), \
+        (completed.stderr[-3000:], not_ok)
+
+    command = [sys.executable, "-m", "orchestrator", "parity", "--backend", "local",
+               "--frameworks", ",".join(["pytorch", *present]), "--data-dir", str(tmp_path / "data"),
+               "--results-dir", str(tmp_path / "parity"), "--timeout", "1200"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
+    table = (tmp_path / "parity" / "parity.md").read_text() if (tmp_path / "parity" / "parity.md").exists() else ""
+    assert completed.returncode == 0 and "FAIL" not in table, (completed.stderr[-3000:], table)
+    assert all(f"| {name} |" in table for name in present)
