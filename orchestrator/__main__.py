@@ -198,6 +198,29 @@ def build_images(*, frameworks: list[str] | None = None, variants: list[str] | N
     return [images.build(client, framework, variant, options, log=console.print).id for framework, variant in selected]
 
 
+def check_pins(*, frameworks: list[str] | None = None, variants: list[str] | None = None) -> int:
+    """pip finds every pin for each variant's Python and base, and the pins agree with each other."""
+    from orchestrator import pins
+
+    counts = {"ok": 0, "not installable": 0, "not checked": 0}
+    for framework, variant in _selected_variants(frameworks, variants or ["all"]):
+        check = pins.check_variant(framework, variant)
+        verdict = "ok" if check.ok else "not checked" if check.unchecked else "not installable"
+        counts[verdict] += 1
+        verdict = {"ok": "[green]ok[/green]", "not installable": "[red]not installable[/red]"}.get(verdict, verdict)
+        console.print(f"{framework.name} {variant.name}: {verdict} ({check.pins} pins from {variant.requirements.name} "
+                      f"for Python {check.python} on glibc {check.glibc[0]}.{check.glibc[1]})")
+        for line in check.problems:
+            console.print(f"  [red]problem:[/red] {escape(line)}")
+        for line in check.warnings:
+            console.print(f"  warning: {escape(line)}")
+        if check.unchecked:
+            console.print(f"  not checked: {escape(check.unchecked)}")
+    console.print(", ".join(f"{count} {verdict}" for verdict, count in counts.items()))
+    # an index out of reach proves nothing either way: only pins pip refused fail the command
+    return EXIT_CELLS_FAILED if counts["not installable"] else 0
+
+
 def push_images(*, frameworks: list[str], variants: list[str] | None, registry: str) -> list[str]:
     from orchestrator.backends import docker as docker_backend
 
@@ -341,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--pull", action="store_true")
     _add_build_options(check)
 
+    pins_parser = commands.add_parser("check-pins", help="are the pinned requirements installable on each variant's "
+                                      "Python and base? (pip resolves them on this host; no image is built)")
+    pins_parser.add_argument("frameworks", nargs="*", help="default: every framework")
+    pins_parser.add_argument("--variant", action="append", dest="variants", help="repeatable (default: all variants)")
+
     report = commands.add_parser("report", help="re-render the report of a results directory")
     report.add_argument("results_dir", type=Path)
 
@@ -379,6 +407,8 @@ def dispatch(args: argparse.Namespace) -> int:
                             cache_dir=args.cache_dir, timeout=args.timeout, gpus=args.gpus, registry=args.registry,
                             pull=args.pull, base_image=args.base_image, ca_bundle=args.ca_bundle,
                             wheelhouse=args.wheelhouse)
+    if args.command == "check-pins":
+        return check_pins(frameworks=args.frameworks, variants=args.variants)
     if args.command == "report":
         render(args.results_dir)
         return 0
