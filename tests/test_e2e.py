@@ -65,6 +65,23 @@ def test_cuda_variant_is_recorded_not_crashed(smoke_run):
     assert all(r.status in ("ok", "unsupported") for r in cuda)
 
 
+def test_a_cpu_only_build_asked_for_a_gpu_says_so(smoke_run, tmp_path):
+    """--device cuda on a CPU wheel (what a CUDA variant gets if a wheelhouse's CPU torch matches its
+    pin) is "unsupported" naming the build, not a missing GPU and not a crash."""
+    from orchestrator.backends.local import LocalBackend
+    from orchestrator.frameworks import discover
+    from workloads.common.result import EXIT_UNSUPPORTED
+
+    python = LocalBackend(discover()).interpreter("pytorch", "cpu")  # built by smoke_run
+    out = tmp_path / "gru.json"
+    completed = subprocess.run([python, "-m", "workloads", "gru", "--framework", "pytorch", "--device", "cuda",
+                                "--profile", "smoke", "--data", "synthetic", "--out", str(out)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == EXIT_UNSUPPORTED, completed.stderr[-2000:]
+    result = Result.read(out)
+    assert result.status == "unsupported" and "is a CPU-only build" in result.reason
+
+
 def test_report_rendered(smoke_run):
     results, _ = smoke_run
     markdown = (results / "report.md").read_text()

@@ -15,6 +15,8 @@ def select_device(run: Run) -> torch.device:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
+        if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
+            raise Unsupported(f"this PyTorch ({torch.__version__}) is a CPU-only build: it cannot use a GPU")
         raise Unsupported("no CUDA GPU visible to PyTorch on this host")
     device = torch.device("cuda" if cuda_available and run.requested_device != "cpu" else "cpu")
     precision = run.precision
