@@ -5,6 +5,10 @@ Slow and simple on purpose; used on the small parity batches only.
 import numpy as np
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 def conv2d_same(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """x (N, C, H, W), kernel OIHW 3x3, stride 1, zero padding 1."""
     n, c, h, w = x.shape
@@ -31,7 +35,6 @@ def cnn_logits(params: dict, images: np.ndarray) -> np.ndarray:
 
 
 def gru_logits(params: dict, tokens: np.ndarray) -> np.ndarray:
-    sigmoid = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
     embedded = params["embedding.embeddings"][tokens]  # (N, T, E)
     hidden = np.zeros((len(tokens), params["gru.recurrent_kernel"].shape[0]))
     W, U = params["gru.kernel"], params["gru.recurrent_kernel"]

@@ -7,18 +7,16 @@
 - the recorded wheel listing says what images/caffe2/FINDING.md says;
 - with a Python that has the cpu requirements (ROSETTA_CAFFE2_PYTHON), the real parity.
 """
-import importlib
 import json
 import os
 import subprocess
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numpy_reference import cnn_logits, gru_logits
+from numpy_reference import cnn_logits, gru_logits, sigmoid
+from stand_ins import imported_over, refusing_package
 from workloads.common import canonical, hyperparams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,40 +26,12 @@ STAND_INS = ["caffe2", "caffe2.proto", "caffe2.proto.caffe2_pb2", "caffe2.python
              "caffe2.python.workspace", "caffe2.python.modeling", "caffe2.python.modeling.initializers"]
 
 
-class _Refuses(types.ModuleType):
-    """A stand-in module: importable (its submodules are attributes), any other use fails the test."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AssertionError(f"{self.__name__}.{name} used while importing: the modules must not touch Caffe2 "
-                             f"at import time")
-
-
 @pytest.fixture(scope="module")
 def modules():
-    stand_ins = {name: _Refuses(name) for name in STAND_INS}
-    for name, module in stand_ins.items():
-        parent, _, child = name.rpartition(".")
-        if parent:
-            object.__setattr__(stand_ins[parent], child, module)
+    stand_ins = refusing_package(STAND_INS)
     stand_ins["caffe2.python.modeling.initializers"].Initializer = type("Initializer", (), {})
-    saved = {name: sys.modules.get(name) for name in STAND_INS + MODULES}
-    sys.modules.update(stand_ins)
-    for name in MODULES:
-        sys.modules.pop(name, None)
-    try:
-        yield {name: importlib.import_module(name) for name in MODULES}
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    with imported_over(stand_ins, MODULES) as imported:
+        yield imported
 
 
 def test_every_module_imports_without_caffe2_and_has_the_workload_sections(modules):

@@ -10,18 +10,17 @@ With a Python 3.6 that has the cpu requirements (ROSETTA_CNTK_PYTHON, and OpenMP
 LD_LIBRARY_PATH, see images/cntk/Dockerfile) the last test also runs the real thing.
 """
 import ast
-import importlib
 import json
 import os
 import subprocess
-import sys
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numpy_reference import cnn_logits, gru_logits
+from numpy_reference import cnn_logits, gru_logits, sigmoid
+from stand_ins import Refuses, imported_over
 from workloads.common import canonical, hyperparams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,21 +28,7 @@ RNG = np.random.default_rng(0)
 MODULES = [f"workloads.{w}.{m}" for m in ("cntk", "keras_cntk") for w in ("cnn", "resnet50", "gru")]
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- importing without the framework --------------------------------------------------------------
-
-class _Refuses(types.ModuleType):
-    """A stand-in module: importable, but any attribute use fails the test."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AssertionError(f"{self.__name__}.{name} used while importing: the modules must not touch "
-                             f"the framework at import time")
-
 
 @pytest.fixture(scope="module")
 def modules():
@@ -51,24 +36,14 @@ def modules():
 
     Keras 2.2's Adam is subclassed at import (gru/keras_cntk.py), so the keras stand-in offers that
     one class; everything else in both stand-ins refuses to be used."""
-    keras = _Refuses("keras")
-    keras.layers, keras.backend = _Refuses("keras.layers"), _Refuses("keras.backend")
+    keras = Refuses("keras")
+    keras.layers, keras.backend = Refuses("keras.layers"), Refuses("keras.backend")
     keras.optimizers = types.SimpleNamespace(Adam=type("Adam", (), {}))
-    stand_ins = {"cntk": _Refuses("cntk"), "keras": keras, "keras.layers": keras.layers,
+    stand_ins = {"cntk": Refuses("cntk"), "keras": keras, "keras.layers": keras.layers,
                  "keras.backend": keras.backend}
     names = MODULES + ["workloads.runtime.cntk", "workloads.runtime.keras_cntk"]
-    saved = {name: sys.modules.get(name) for name in list(stand_ins) + names}
-    sys.modules.update(stand_ins)
-    for name in names:
-        sys.modules.pop(name, None)
-    try:
-        yield {name: importlib.import_module(name) for name in names}
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+    with imported_over(stand_ins, names) as imported:
+        yield imported
 
 
 def test_every_module_imports_without_cntk_and_has_the_workload_sections(modules):
