@@ -31,11 +31,11 @@ from orchestrator.frameworks import Framework, Variant
 # glibc of the bases the images use (what manylinux wheels they accept); an unknown base is taken
 # as the oldest manylinux2014 system, so the check errs towards refusing a wheel
 BASE_GLIBC = (
-    (r"ubuntu:?18\.04|ubuntu18\.04", (2, 27)),
-    (r"ubuntu:?20\.04|ubuntu20\.04|bullseye", (2, 31)),
-    (r"ubuntu:?22\.04|ubuntu22\.04", (2, 35)),
+    (r"ubuntu:?18\.04", (2, 27)),
+    (r"ubuntu:?20\.04|bullseye", (2, 31)),
+    (r"ubuntu:?22\.04", (2, 35)),
     (r"bookworm", (2, 36)),
-    (r"ubuntu:?24\.04|ubuntu24\.04", (2, 39)),
+    (r"ubuntu:?24\.04", (2, 39)),
     (r"trixie", (2, 41)),
 )
 OLDEST_GLIBC = (2, 17)
