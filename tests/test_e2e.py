@@ -168,8 +168,8 @@ def frameworks_on_other_pythons() -> tuple[list[str], list[str]]:
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     others = [(name, framework.variants["cpu"].python) for name, framework in frameworks.discover().items()
               if "cpu" in framework.variants and framework.variants["cpu"].python not in (None, here)]
-    return ([name for name, version in others if find_python(version)],
-            [name for name, version in others if not find_python(version)])
+    found = [(name, find_python(version)) for name, version in others]  # each runs the interpreter it finds
+    return [name for name, python in found if python], [name for name, python in found if not python]
 
 
 def test_frameworks_on_other_pythons_run_where_the_host_has_that_python(tmp_path):
