@@ -18,8 +18,8 @@ from workloads.common.harness import Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 MPI_MISSING = ("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
-               "Link an OpenMPI runtime's libmpi.so.* and libmpi_cxx.so.* under those names in a folder on "
-               "LD_LIBRARY_PATH, as images/cntk/Dockerfile does, or run the cell in its image")
+               "On a host: install an OpenMPI runtime (libopenmpi3), run images/cntk/openmpi-compat.sh DIR, which "
+               "links it under those names, and put DIR on LD_LIBRARY_PATH; or run the cell in its image")
 
 try:
     import cntk as C

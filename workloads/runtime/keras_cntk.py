@@ -21,8 +21,8 @@ except ImportError as error:
     if "libmpi" not in str(error):
         raise
     raise Unsupported("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
-                      "Link an OpenMPI runtime's libmpi.so.* and libmpi_cxx.so.* under those names in a folder on "
-                      "LD_LIBRARY_PATH, as images/keras-cntk/Dockerfile does, or run the cell in its image".format(
+                      "On a host: install an OpenMPI runtime (libopenmpi3), run images/cntk/openmpi-compat.sh DIR, which "
+                      "links it under those names, and put DIR on LD_LIBRARY_PATH; or run the cell in its image".format(
                           str(error).split(": cannot open shared object file")[0])) from None
 import keras  # noqa: E402 - after CNTK's check
 from keras import backend as K  # noqa: E402
