@@ -79,7 +79,7 @@ def timed_in_fresh_process(loader: str, data_dir: pathlib.Path, remote: data.Rem
         f"sys.path.insert(0, {str(REPO_ROOT)!r})\n"
         "from workloads.common import data, hyperparams\n"
         f"remote = data.RemoteFile(*{tuple(vars(remote).values())!r})\n"
-        "keywords = {'settings': hyperparams.GRUSettings()} if '" + loader + "' == 'load_imdb' else {}\n"
+        "keywords = {'settings': hyperparams.settings(\"gru\", \"full\")} if '" + loader + "' == 'load_imdb' else {}\n"
         "start = time.perf_counter()\n"
         f"data.{loader}(pathlib.Path({str(data_dir)!r}), remote=remote, offline=True, **keywords)\n"
         "print(time.perf_counter() - start)\n")
@@ -135,7 +135,7 @@ def main() -> None:
         reviews = build_fake_imdb(imdb_path, rng)
         tokens = sum(len(review) for review in reviews)
         print(f"    {len(reviews)} reviews, {tokens / 1e6:.1f} M tokens, mean {tokens / len(reviews):.0f} per review")
-        settings = hyperparams.GRUSettings()
+        settings = hyperparams.settings("gru", "full")
         options = dict(vocabulary=settings.vocabulary, sequence_length=settings.sequence_length,
                        start_char=settings.start_char, oov_char=settings.oov_char, index_from=settings.index_from)
         _, preprocess = timed(data.preprocess_imdb, object_array(reviews), **options)

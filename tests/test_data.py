@@ -6,6 +6,7 @@ of lists), serve them on 127.0.0.1 and drive download, checksum, parsing and cac
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -22,7 +23,7 @@ from workloads.common import data, hyperparams
 
 IMAGES_PER_BATCH = 20
 CIFAR_BATCHES = [f"data_batch_{index}" for index in range(1, 6)] + ["test_batch"]
-GRU = hyperparams.GRUSettings()
+GRU = hyperparams.settings("gru", "full")
 
 
 # --- a local HTTP server ---------------------------------------------------------------------
@@ -470,7 +471,7 @@ def test_imdb_cache_is_keyed_by_the_preprocessing_settings(server, data_dir):
     body, raw = imdb_npz()
     remote = server.remote(data.IMDB, body)
     data.load_imdb(data_dir, settings=GRU, remote=remote)
-    shorter = hyperparams.GRUSettings(sequence_length=20, vocabulary=1000)
+    shorter = dataclasses.replace(GRU, sequence_length=20, vocabulary=1000)
     dataset = data.load_imdb(data_dir, settings=shorter, remote=remote, offline=True)
     assert dataset.x_train.shape == (30, 20) and dataset.x_train.max() < 1000
     assert len(files_in(data_dir / "cache")) == 2 * 6  # two folders, five files each

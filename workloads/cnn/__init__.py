@@ -1,0 +1,47 @@
+"""The CNN workload: a VGG-style network trained on CIFAR-10 (the study's settings)."""
+from dataclasses import dataclass  # novermin
+from typing import Optional
+
+from workloads.common.declaration import (SAMPLES_PER_S, STEADY_SAMPLES_PER_S, STEADY_TIME, TEST_ACCURACY,
+                                          TRAIN_TIME, TRAINING, Workload)
+
+
+@dataclass(frozen=True)
+class CNNSettings:
+    """VGG-style CNN on CIFAR-10 (training)."""
+
+    image_shape: tuple = (3, 32, 32)  # NCHW, matches cuDNN's preferred layout
+    classes: int = 10
+    conv1_filters: int = 50
+    conv2_filters: int = 100
+    dense_units: int = 512
+    dropout_conv: float = 0.25
+    dropout_dense: float = 0.5
+    learning_rate: float = 0.01
+    momentum: float = 0.9  # plain momentum, no "unit gain"
+    batch_size: int = 64
+    epochs: int = 10
+    max_train_batches: Optional[int] = None  # per epoch; None = every complete batch
+    max_eval_batches: Optional[int] = None
+    # the reference model's parameter count, checked by the tests for each framework
+    parameter_count: int = 3_441_592
+
+
+WORKLOAD = Workload(
+    name="cnn",
+    title="CNN — CIFAR-10 training",
+    kind=TRAINING,
+    order=1,
+    settings=CNNSettings,
+    smoke=dict(epochs=1, max_train_batches=8, max_eval_batches=8),
+    metrics=(TRAIN_TIME, STEADY_TIME, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY),
+    headline="train_time_s",
+    throughput="samples_per_s",
+    steady="steady_samples_per_s",
+    accuracy=True,
+    dataset="cifar10",
+    parity_batch=8,
+    parity_outputs=("logits", "logits_after_training"),
+    description="conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD momentum 0.9, "
+                "batch 64, 10 epochs",
+)

@@ -602,7 +602,7 @@ def prepare(name: str, data_dir: Union[str, os.PathLike], *, settings=None, offl
         if settings is None:
             from workloads.common import hyperparams  # standard library only, like this module
 
-            settings = hyperparams.GRUSettings()
+            settings = hyperparams.settings("gru", "full")
         archive = fetch(IMDB, data_dir, offline=offline, progress=progress)
         load_imdb(data_dir, settings=settings, remote=IMDB, offline=True)
         return archive

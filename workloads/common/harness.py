@@ -27,6 +27,23 @@ class Unsupported(Exception):
     """This cell cannot run here (precision, device, GPU...); the message says why."""
 
 
+class Policy:
+    """What a framework's ``select_device(run)`` decided for a cell, handed to its workloads.
+
+    ``device`` is the framework's own device object (or name), ``precision`` the cell's precision.
+    Each runtime subclasses it with its own switches (autocast, loss scaling, layout, ...), so a
+    workload reads them from one place instead of re-deriving them from ``run.precision``.
+    """
+
+    def __init__(self, device, precision: str):
+        self.device = device
+        self.precision = precision
+
+    def __repr__(self) -> str:
+        fields = ", ".join("{}={!r}".format(key, value) for key, value in vars(self).items())
+        return "{}({})".format(type(self).__name__, fields)
+
+
 def _no_sync() -> None:
     return None
 
@@ -176,6 +193,11 @@ class Run:
 
     def set_parameter_count(self, count: int) -> None:
         self.result.metrics.parameter_count = int(count)
+
+    def record_peak_device_memory(self, megabytes: Optional[float]) -> None:
+        """The framework's own figure for its peak device allocation (None where it has none)."""
+        if megabytes is not None:
+            self.result.metrics.peak_device_memory_mb = float(megabytes)
 
     def finish(self) -> Result:
         """Derive the metrics from the raw samples."""

@@ -1,0 +1,48 @@
+"""The GRU workload: a sentiment classifier trained on IMDB (the study's settings)."""
+from dataclasses import dataclass  # novermin
+from typing import Optional
+
+from workloads.common.declaration import (SAMPLES_PER_S, STEADY_SAMPLES_PER_S, STEADY_TIME, TEST_ACCURACY,
+                                          TRAIN_TIME, TRAINING, Workload)
+
+
+@dataclass(frozen=True)
+class GRUSettings:
+    """GRU sentiment classifier on IMDB (training)."""
+
+    vocabulary: int = 30_000
+    sequence_length: int = 150
+    embedding_size: int = 125
+    hidden_size: int = 100
+    classes: int = 2
+    start_char: int = 1
+    oov_char: int = 2
+    index_from: int = 3
+    learning_rate: float = 0.001
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+    batch_size: int = 64
+    epochs: int = 3
+    max_train_batches: Optional[int] = None
+    max_eval_batches: Optional[int] = None
+    parameter_count: int = 3_818_302  # cuDNN-style GRU: two bias vectors per gate
+
+
+WORKLOAD = Workload(
+    name="gru",
+    title="GRU — IMDB sentiment training",
+    kind=TRAINING,
+    order=3,
+    settings=GRUSettings,
+    smoke=dict(epochs=1, max_train_batches=8, max_eval_batches=8),
+    metrics=(TRAIN_TIME, STEADY_TIME, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY),
+    headline="train_time_s",
+    throughput="samples_per_s",
+    steady="steady_samples_per_s",
+    accuracy=True,
+    dataset="imdb",
+    parity_batch=8,
+    parity_outputs=("logits", "logits_after_training"),
+    description="embedding 30k x 125, GRU(100), dense 2, Adam 1e-3, batch 64, 3 epochs",
+)
