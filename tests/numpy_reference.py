@@ -1,12 +1,45 @@
-"""Plain-numpy forward passes of the canonical models: the definition every framework is held to.
+"""Plain-numpy definitions of the canonical models and their pieces: what every framework is held to.
 
-Slow and simple on purpose; used on the small parity batches only.
+Slow and simple on purpose; used on the small parity batches and the unit tests' tiny arrays.
+One copy of each reference: the framework unit tests import these instead of restating them.
 """
 import numpy as np
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def conv_nchw_oihw(x: np.ndarray, kernel: np.ndarray, stride: int = 1, pad: int = 0, pads=None) -> np.ndarray:
+    """The canonical convolution (cross-correlation): NCHW input, OIHW kernel, no bias. Padding is
+    `pad` on every side, or `pads` = ((top, bottom), (left, right)) for asymmetric padding."""
+    pads = pads if pads is not None else ((pad, pad), (pad, pad))
+    x = np.pad(x, ((0, 0), (0, 0), *pads))
+    out_c, _, kh, kw = kernel.shape
+    height, width = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
+    out = np.zeros((x.shape[0], out_c, height, width))
+    for i in range(height):
+        for j in range(width):
+            window = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", window, kernel)
+    return out
+
+
+def conv_nhwc_hwio(x: np.ndarray, kernel: np.ndarray, stride: int = 1, pads=((0, 0), (0, 0))) -> np.ndarray:
+    """The NHWC form (TensorFlow, Flax): NHWC input, HWIO kernel, pads ((top, bottom), (left, right))."""
+    x = np.pad(x, ((0, 0), *pads, (0, 0)))
+    kh, kw, _, out_c = kernel.shape
+    height, width = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
+    out = np.zeros((x.shape[0], height, width, out_c))
+    for i in range(height):
+        for j in range(width):
+            window = x[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
+            out[:, i, j, :] = np.einsum("nhwc,hwco->no", window, kernel)
+    return out
+
+
+def to_nhwc(x: np.ndarray) -> np.ndarray:
+    return x.transpose(0, 2, 3, 1)
 
 
 def conv2d_same(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -34,15 +67,25 @@ def cnn_logits(params: dict, images: np.ndarray) -> np.ndarray:
     return x @ params["dense2.kernel"] + params["dense2.bias"]
 
 
+def gru_step_canonical(x: np.ndarray, h: np.ndarray, kernel: np.ndarray, recurrent_kernel: np.ndarray,
+                       input_bias: np.ndarray, recurrent_bias: np.ndarray) -> np.ndarray:
+    """One step of canonical.py's reset-after GRU (cuDNN / PyTorch), gates r, z, n."""
+    x_r, x_z, x_n = np.split(x @ kernel + input_bias, 3, axis=-1)
+    h_r, h_z, h_n = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
+    reset, update = sigmoid(x_r + h_r), sigmoid(x_z + h_z)
+    new = np.tanh(x_n + reset * h_n)
+    return (1 - update) * new + update * h
+
+
+def gru_step(x: np.ndarray, h: np.ndarray, params: dict) -> np.ndarray:
+    """The same step on the canonical parameter names (gru.kernel, gru.recurrent_kernel, ...)."""
+    return gru_step_canonical(x, h, params["gru.kernel"], params["gru.recurrent_kernel"],
+                              params["gru.input_bias"], params["gru.recurrent_bias"])
+
+
 def gru_logits(params: dict, tokens: np.ndarray) -> np.ndarray:
     embedded = params["embedding.embeddings"][tokens]  # (N, T, E)
     hidden = np.zeros((len(tokens), params["gru.recurrent_kernel"].shape[0]))
-    W, U = params["gru.kernel"], params["gru.recurrent_kernel"]
-    b_i, b_h = params["gru.input_bias"], params["gru.recurrent_bias"]
     for step in range(tokens.shape[1]):
-        x_r, x_z, x_n = np.split(embedded[:, step] @ W + b_i, 3, axis=-1)
-        h_r, h_z, h_n = np.split(hidden @ U + b_h, 3, axis=-1)
-        reset, update = sigmoid(x_r + h_r), sigmoid(x_z + h_z)
-        new = np.tanh(x_n + reset * h_n)
-        hidden = (1 - update) * new + update * hidden
+        hidden = gru_step(embedded[:, step], hidden, params)
     return hidden @ params["dense.kernel"] + params["dense.bias"]

@@ -7,25 +7,13 @@ import math
 
 import numpy as np
 
+from numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical
 
 RNG = np.random.default_rng(0)
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- GRU: canonical [r, z, n] blocks vs NStepGRU's per-gate (hidden, in) matrices w0..w5, b0..b5 --
-
-def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
-    """canonical.py's reset-after GRU (cuDNN / PyTorch)."""
-    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
-    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = np.tanh(xn + r * hn)
-    return (1 - z) * n + z * h
-
 
 def gru_step_chainer(x, h, w, b):
     """chainer/functions/rnn/n_step_gru.py::_gru: w[0..2] input, w[3..5] recurrent, each (hidden, in)."""

@@ -7,46 +7,13 @@ so these tests run in the host environment; the parity check runs the real thing
 import numpy as np
 import pytest
 
+from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- convolutions and pooling, NHWC with explicit padding ------------------------------------------
-
-def conv_nchw_oihw(x, kernel, stride=1, pad=0):
-    """The canonical convolution (cross-correlation): NCHW input, OIHW kernel, symmetric padding."""
-    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    out_c, _, kh, kw = kernel.shape
-    height, width = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
-    out = np.zeros((x.shape[0], out_c, height, width))
-    for i in range(height):
-        for j in range(width):
-            window = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
-            out[:, :, i, j] = np.einsum("nchw,ochw->no", window, kernel)
-    return out
-
-
-def conv_nhwc_hwio(x, kernel, stride=1, pads=((0, 0), (0, 0))):
-    """flax.linen.Conv on NHWC input with an HWIO kernel and padding=((top, bottom), (left, right))."""
-    x = np.pad(x, ((0, 0), *pads, (0, 0)))
-    kh, kw, _, out_c = kernel.shape
-    height, width = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
-    out = np.zeros((x.shape[0], height, width, out_c))
-    for i in range(height):
-        for j in range(width):
-            window = x[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
-            out[:, i, j, :] = np.einsum("nhwc,hwco->no", window, kernel)
-    return out
-
-
-def to_nhwc(x):
-    return x.transpose(0, 2, 3, 1)
-
 
 def xla_same_padding(size, kernel, stride):
     """XLA's (and so Flax's) padding="SAME": all the padding the output size needs, the extra after."""
@@ -97,15 +64,6 @@ def test_batch_norm_inference_with_moving_statistics():
 
 
 # --- GRU ------------------------------------------------------------------------------------------
-
-def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
-    """canonical.py's reset-after GRU (cuDNN / PyTorch), gates r, z, n."""
-    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
-    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = np.tanh(xn + r * hn)
-    return (1 - z) * n + z * h
-
 
 def gru_jax_file(x_tnc, kernel, recurrent_kernel, input_bias, recurrent_bias):
     """gru/jax.py's GRU: every step's input projection hoisted into one matmul, then a scan over time."""

@@ -6,25 +6,13 @@ so these tests run in the host environment; the parity check runs the real thing
 import numpy as np
 import pytest
 
+from numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical
 
 RNG = np.random.default_rng(0)
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- GRU: canonical [r, z, n] with two bias vectors vs Keras [z, r, n] with a (2, 3h) bias -------
-
-def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
-    """canonical.py's reset-after GRU (cuDNN / PyTorch)."""
-    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
-    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = np.tanh(xn + r * hn)
-    return (1 - z) * n + z * h
-
 
 def gru_step_keras(x, h, kernel, recurrent_kernel, bias):
     """keras/src/backend/jax/rnn.py::gru's step (reset_after=True): gates z, r, h; bias[0] input, bias[1] recurrent."""

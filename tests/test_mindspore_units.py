@@ -12,30 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from numpy_reference import conv_nchw_oihw, gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- convolutions and pooling: explicit symmetric padding ---------------------------------------
-
-def conv_nchw_oihw(x, kernel, stride=1, pads=((0, 0), (0, 0))):
-    """Cross-correlation on NCHW input with an OIHW kernel (MindSpore's and PyTorch's layouts)."""
-    x = np.pad(x, ((0, 0), (0, 0), *pads))
-    out_c, _, kh, kw = kernel.shape
-    height, width = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
-    out = np.zeros((x.shape[0], out_c, height, width))
-    for i in range(height):
-        for j in range(width):
-            window = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
-            out[:, :, i, j] = np.einsum("nchw,ochw->no", window, kernel)
-    return out
-
 
 def mindspore_same_padding(size, kernel, stride):
     """nn.Conv2d(pad_mode='same'), its default: the padding the output size needs, the odd one after."""
@@ -48,7 +32,7 @@ def test_strided_same_padding_is_not_pytorchs_so_the_files_pad_explicitly(size, 
     """resnet50/mindspore.py uses pad_mode='pad', padding=k//2; 'same' with stride 2 pads one less before."""
     assert mindspore_same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
     x, weights = RNG.normal(size=(1, 2, 8, 8)), RNG.normal(size=(3, 2, 3, 3))
-    explicit = conv_nchw_oihw(x, weights, stride=2, pads=((1, 1), (1, 1)))
+    explicit = conv_nchw_oihw(x, weights, stride=2, pad=1)
     same = conv_nchw_oihw(x, weights, stride=2, pads=(mindspore_same_padding(8, 3, 2),) * 2)
     assert same.shape == explicit.shape and not np.allclose(same, explicit)
 
@@ -100,15 +84,6 @@ def test_batch_norm_inference_with_moving_statistics():
 
 
 # --- GRU ------------------------------------------------------------------------------------------
-
-def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
-    """canonical.py's reset-after GRU (cuDNN / PyTorch), gates r, z, n."""
-    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
-    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = np.tanh(xn + r * hn)
-    return (1 - z) * n + z * h
-
 
 def gru_cell_mindspore(inputs, hidden, w_ih, w_hh, b_ih, b_hh):
     """mindspore/nn/layer/rnn_cells.py::_gru_cell (what nn.GRU loops over on the CPU), weights (3H, in)."""

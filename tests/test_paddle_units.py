@@ -10,25 +10,13 @@ The parity check runs the whole models.
 import numpy as np
 import pytest
 
+from numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 # --- GRU: Paddle's cell vs the canonical reset-after form ------------------------------------------
-
-def gru_step_canonical(x, h, kernel, recurrent_kernel, input_bias, recurrent_bias):
-    """canonical.py's reset-after GRU (cuDNN / PyTorch), gates r, z, n."""
-    xr, xz, xn = np.split(x @ kernel + input_bias, 3, axis=-1)
-    hr, hz, hn = np.split(h @ recurrent_kernel + recurrent_bias, 3, axis=-1)
-    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-    n = np.tanh(xn + r * hn)
-    return (1 - z) * n + z * h
-
 
 def gru_step_paddle(x, h, weight_ih, weight_hh, bias_ih, bias_hh):
     """paddle/nn/layer/rnn.py GRUCell.forward: weights (3*hidden, in) split r, z, c; reset after the matmul."""

@@ -5,39 +5,10 @@ layout the workload file uses, and compares it with the canonical (NCHW / OIHW) 
 """
 import numpy as np
 
+from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
 from workloads.common import canonical
 
 rng = np.random.default_rng(0)
-
-
-def conv_nchw_oihw(x, kernel, stride=1, pad=0):
-    """The canonical convolution (cross-correlation), NCHW input, OIHW kernel, symmetric padding."""
-    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    out_c, _, kh, kw = kernel.shape
-    height, width = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
-    out = np.zeros((x.shape[0], out_c, height, width))
-    for i in range(height):
-        for j in range(width):
-            window = x[:, :, i * stride:i * stride + kh, j * stride:j * stride + kw]
-            out[:, :, i, j] = np.einsum("nchw,ochw->no", window, kernel)
-    return out
-
-
-def conv_nhwc_hwio(x, kernel, stride=1, pads=((0, 0), (0, 0))):
-    """tf.nn.conv2d(data_format="NHWC") with an HWIO kernel and explicit (top, bottom), (left, right) pads."""
-    x = np.pad(x, ((0, 0), *pads, (0, 0)))
-    kh, kw, _, out_c = kernel.shape
-    height, width = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
-    out = np.zeros((x.shape[0], height, width, out_c))
-    for i in range(height):
-        for j in range(width):
-            window = x[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
-            out[:, i, j, :] = np.einsum("nhwc,hwco->no", window, kernel)
-    return out
-
-
-def to_nhwc(x):
-    return x.transpose(0, 2, 3, 1)
 
 
 def test_hwio_kernel_on_nhwc_input_equals_the_canonical_convolution():
@@ -74,20 +45,6 @@ def test_nhwc_maps_transposed_to_nchw_before_the_flatten_keep_the_canonical_dens
     assert not np.allclose(nhwc.reshape(2, -1) @ kernel, expected)
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def gru_step_canonical(x, h, params):
-    """The canonical reset-after step, written gate by gate (canonical.py's docstring)."""
-    W, U = np.split(params["gru.kernel"], 3, axis=1), np.split(params["gru.recurrent_kernel"], 3, axis=1)
-    b_i, b_h = np.split(params["gru.input_bias"], 3), np.split(params["gru.recurrent_bias"], 3)
-    r = sigmoid(x @ W[0] + b_i[0] + h @ U[0] + b_h[0])
-    z = sigmoid(x @ W[1] + b_i[1] + h @ U[1] + b_h[1])
-    n = np.tanh(x @ W[2] + b_i[2] + r * (h @ U[2] + b_h[2]))
-    return (1 - z) * n + z * h
-
-
 def gru_step_tensorflow_file(x, h, params):
     """The TensorFlow workload's step: one input projection for all gates, split r, z, n."""
     x_r, x_z, x_n = np.split(x @ params["gru.kernel"] + params["gru.input_bias"], 3, axis=1)
@@ -105,7 +62,7 @@ def tiny_gru(inputs=4, hidden=3):
 
 def test_gru_step_as_written_in_the_tensorflow_file_equals_the_canonical_step():
     params, x, h = tiny_gru(), rng.normal(size=(2, 4)), rng.normal(size=(2, 3))
-    np.testing.assert_allclose(gru_step_tensorflow_file(x, h, params), gru_step_canonical(x, h, params),
+    np.testing.assert_allclose(gru_step_tensorflow_file(x, h, params), gru_step(x, h, params),
                                rtol=1e-12)
 
 
@@ -120,7 +77,7 @@ def test_keras_layout_gru_with_reordered_gates_equals_the_canonical_step():
     h_z, h_r, h_n = np.split(h @ recurrent + bias[1], 3, axis=1)
     z, r = sigmoid(x_z + h_z), sigmoid(x_r + h_r)
     keras = (1 - z) * np.tanh(x_n + r * h_n) + z * h
-    np.testing.assert_allclose(keras, gru_step_canonical(x, h, params), rtol=1e-12)
+    np.testing.assert_allclose(keras, gru_step(x, h, params), rtol=1e-12)
 
 
 def test_adam_written_out_adds_epsilon_after_the_square_root():
