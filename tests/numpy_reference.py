@@ -89,3 +89,29 @@ def gru_logits(params: dict, tokens: np.ndarray) -> np.ndarray:
     for step in range(tokens.shape[1]):
         hidden = gru_step(embedded[:, step], hidden, params)
     return hidden @ params["dense.kernel"] + params["dense.bias"]
+
+
+def assert_training_parity_in(python: str, framework: str, folder, timeout: float = 1800) -> None:
+    """Run `framework`'s cnn and gru parity cells with the interpreter `python` (one that has the
+    framework installed) and hold their logits to the definitions above; the steps must train."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from workloads.common import canonical
+
+    root = Path(__file__).resolve().parent.parent
+    for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
+        weights_folder = canonical.write(Path(folder) / workload, workload)
+        out = Path(folder) / f"{workload}.json"
+        completed = subprocess.run([python, "-m", "workloads", workload, "--framework", framework, "--parity",
+                                    str(weights_folder), "--out", str(out)], capture_output=True, text=True,
+                                   env=dict(os.environ, PYTHONPATH=str(root)), timeout=timeout)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        outputs = json.loads(out.read_text())["outputs"]
+        weights, batch = canonical.load(weights_folder)
+        expected = definition(weights, batch["x"])
+        got = np.asarray(outputs["logits"])
+        assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
+        assert not np.allclose(outputs["logits_after_training"], got)  # the steps did train

@@ -7,15 +7,13 @@
 - the recorded wheel listing says what images/caffe2/FINDING.md says;
 - with a Python that has the cpu requirements (ROSETTA_CAFFE2_PYTHON), the real parity.
 """
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numpy_reference import cnn_logits, gru_logits, sigmoid
+from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from stand_ins import imported_over, refusing_package
 from workloads.common import canonical, hyperparams
 
@@ -122,16 +120,4 @@ def test_parity_in_a_caffe2_environment(tmp_path):
     if not python:
         pytest.skip("set ROSETTA_CAFFE2_PYTHON to a Python 3.9 with images/caffe2/requirements-cpu.txt to run "
                     "the Caffe2 row here")
-    for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
-        folder = canonical.write(tmp_path / workload, workload)
-        out = tmp_path / f"{workload}.json"
-        completed = subprocess.run([python, "-m", "workloads", workload, "--framework", "caffe2", "--parity",
-                                    str(folder), "--out", str(out)], capture_output=True, text=True,
-                                   env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=1800)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        outputs = json.loads(out.read_text())["outputs"]
-        weights, batch = canonical.load(folder)
-        expected = definition(weights, batch["x"])
-        got = np.asarray(outputs["logits"])
-        assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
-        assert not np.allclose(outputs["logits_after_training"], got)  # the steps did train
+    assert_training_parity_in(python, "caffe2", tmp_path)

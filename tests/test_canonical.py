@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio
 from workloads.common import canonical, hyperparams
 
 
@@ -22,32 +23,11 @@ def test_write_and_load_round_trip_without_pickle(tmp_path):
     assert batch["x"].dtype == np.int32 and (batch["x"][:4, -20:] == 0).all()
 
 
-def naive_conv_nchw(x, kernel_oihw):
-    """Valid cross-correlation, NCHW input, OIHW kernel."""
-    o, i, kh, kw = kernel_oihw.shape
-    n, _, h, w = x.shape
-    out = np.zeros((n, o, h - kh + 1, w - kw + 1))
-    for a in range(h - kh + 1):
-        for b in range(w - kw + 1):
-            out[:, :, a, b] = np.einsum("nihw,oihw->no", x[:, :, a:a + kh, b:b + kw], kernel_oihw)
-    return out
-
-
-def naive_conv_nhwc(x, kernel_hwio):
-    kh, kw, i, o = kernel_hwio.shape
-    n, h, w, _ = x.shape
-    out = np.zeros((n, h - kh + 1, w - kw + 1, o))
-    for a in range(h - kh + 1):
-        for b in range(w - kw + 1):
-            out[:, a, b, :] = np.einsum("nhwi,hwio->no", x[:, a:a + kh, b:b + kw, :], kernel_hwio)
-    return out
-
-
 def test_oihw_to_hwio_gives_the_same_convolution():
     rng = np.random.default_rng(0)
     x, kernel = rng.normal(size=(2, 3, 5, 5)), rng.normal(size=(4, 3, 3, 3))
-    expected = naive_conv_nchw(x, kernel)
-    got = naive_conv_nhwc(x.transpose(0, 2, 3, 1), canonical.oihw_to_hwio(kernel)).transpose(0, 3, 1, 2)
+    expected = conv_nchw_oihw(x, kernel)
+    got = conv_nhwc_hwio(x.transpose(0, 2, 3, 1), canonical.oihw_to_hwio(kernel)).transpose(0, 3, 1, 2)
     assert np.allclose(expected, got)
 
 

@@ -10,16 +10,14 @@ With a Python 3.6 that has the cpu requirements (ROSETTA_CNTK_PYTHON, and OpenMP
 LD_LIBRARY_PATH, see images/cntk/Dockerfile) the last test also runs the real thing.
 """
 import ast
-import json
 import os
-import subprocess
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from numpy_reference import cnn_logits, gru_logits, sigmoid
+from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from stand_ins import Refuses, imported_over
 from workloads.common import canonical, hyperparams
 
@@ -256,17 +254,4 @@ def test_parity_in_a_python36_cntk_environment(tmp_path, framework):
     if not python:
         pytest.skip("set ROSETTA_CNTK_PYTHON / ROSETTA_KERAS_CNTK_PYTHON to a Python 3.6 with the cpu requirements "
                     "(and OpenMPI on LD_LIBRARY_PATH) to run the CNTK rows here")
-    for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
-        folder = canonical.write(tmp_path / workload, workload)
-        out = tmp_path / f"{workload}.json"
-        environment = dict(os.environ, PYTHONPATH=str(ROOT))
-        completed = subprocess.run([python, "-m", "workloads", workload, "--framework", framework, "--parity",
-                                    str(folder), "--out", str(out)], capture_output=True, text=True,
-                                   env=environment, timeout=1800)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        outputs = json.loads(out.read_text())["outputs"]
-        weights, batch = canonical.load(folder)
-        expected = definition(weights, batch["x"])
-        got = np.asarray(outputs["logits"])
-        assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
-        assert not np.allclose(outputs["logits_after_training"], got)  # the steps did train
+    assert_training_parity_in(python, framework, tmp_path)

@@ -6,7 +6,7 @@ so these tests run in the host environment; the parity check runs the real thing
 import numpy as np
 import pytest
 
-from numpy_reference import gru_step_canonical, sigmoid
+from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid
 from workloads.common import canonical
 
 RNG = np.random.default_rng(0)
@@ -59,31 +59,11 @@ def test_nhwc_feature_map_permuted_before_flatten_keeps_the_canonical_rows():
 
 # --- convolution kernels -------------------------------------------------------------------------
 
-def correlate_nchw(x, kernel_oihw):
-    out_channels, _, kh, kw = kernel_oihw.shape
-    n, _, h, w = x.shape
-    y = np.zeros((n, out_channels, h - kh + 1, w - kw + 1))
-    for i in range(h - kh + 1):
-        for j in range(w - kw + 1):
-            y[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i:i + kh, j:j + kw], kernel_oihw)
-    return y
-
-
-def correlate_nhwc(x, kernel_hwio):
-    kh, kw, _, out_channels = kernel_hwio.shape
-    n, h, w, _ = x.shape
-    y = np.zeros((n, h - kh + 1, w - kw + 1, out_channels))
-    for i in range(h - kh + 1):
-        for j in range(w - kw + 1):
-            y[:, i, j, :] = np.einsum("nhwc,hwco->no", x[:, i:i + kh, j:j + kw, :], kernel_hwio)
-    return y
-
-
 def test_oihw_to_hwio_gives_the_same_convolution_in_nhwc():
     x = RNG.normal(size=(2, 3, 6, 5))
     kernel = RNG.normal(size=(4, 3, 3, 2))  # non-square: height and width cannot be swapped unnoticed
-    expected = correlate_nchw(x, kernel)
-    got = correlate_nhwc(x.transpose(0, 2, 3, 1), canonical.oihw_to_hwio(kernel))
+    expected = conv_nchw_oihw(x, kernel)
+    got = conv_nhwc_hwio(x.transpose(0, 2, 3, 1), canonical.oihw_to_hwio(kernel))
     np.testing.assert_allclose(got.transpose(0, 3, 1, 2), expected, rtol=1e-12)
 
 
