@@ -112,12 +112,24 @@ def test_verbose_shows_the_traceback_and_the_module_entry_point_works(tmp_path):
     assert "Traceback" not in completed.stderr and completed.stderr.strip().startswith("error:")
 
 
-def test_auto_backend_says_why_it_runs_locally(monkeypatch, capsys):
-    from orchestrator import __main__ as cli, host
+def test_auto_backend_says_why_it_runs_locally(monkeypatch):
+    from orchestrator import host
+    from orchestrator.backends import registry
 
     monkeypatch.setattr(host, "docker_engine", lambda: host.DockerStatus(False, "no Docker engine answered"))
-    assert cli.choose_backend("auto") == "local"
-    assert "No Docker engine answered; using the local backend" in capsys.readouterr().err
+    said = []
+    assert registry.choose("auto", log=said.append) == "local"
+    assert said == ["No Docker engine answered; using the local backend (per-framework virtual environments)."]
+
+
+def test_auto_backend_says_which_engine_answered(monkeypatch):
+    from orchestrator import host
+    from orchestrator.backends import registry
+
+    monkeypatch.setattr(host, "docker_engine", lambda: host.DockerStatus(True, "Docker Engine 27.0"))
+    said = []
+    assert registry.choose("auto", log=said.append) == "docker"
+    assert said == ["Docker Engine 27.0 answered; using the Docker backend (one container per cell)."]
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])

@@ -270,11 +270,11 @@ def test_cuda_cells_are_unsupported_without_a_gpu_runtime(backend):
 
 
 def test_leftover_containers_are_found_by_label_and_removed(client, backend, test_image):
-    from orchestrator.__main__ import _leftover_containers
+    from orchestrator.commands.doctor import leftover_containers
 
     leftover = client.containers.create(test_image.id, ["cnn"], labels={CELL_LABEL: "leftover", SESSION_LABEL: backend.session})
     assert len(containers_of(client, backend)) == 1
-    assert "docker rm -f" in _leftover_containers() and leftover.short_id in _leftover_containers()  # doctor names it
+    assert "docker rm -f" in leftover_containers() and leftover.short_id in leftover_containers()  # doctor names it
     assert remove_leftover_containers(client, session=backend.session) == 1
     assert containers_of(client, backend) == []
 

@@ -12,7 +12,6 @@ from typing import Protocol
 
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
 
-BACKENDS = ("auto", "local", "docker")
 STDERR_TAIL_CHARS = 4000
 
 

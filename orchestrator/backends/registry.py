@@ -1,0 +1,122 @@
+"""The backends `--backend` offers. Registering one is one entry in REGISTRY.
+
+An entry says how to start the backend (a factory given the frameworks, the BackendOptions and a
+log function), whether `--backend auto` may pick it and how it finds out (a probe, tried in
+`auto_rank` order), and the words `auto` uses to say which one it picked and why. `--backend`'s
+choices, its help and `auto` are all read from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.markup import escape
+
+from orchestrator import host, images
+from orchestrator.errors import UserError
+
+AUTO = "auto"
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How the cells run, as the command line chose it: one object from the parser to the factory."""
+
+    backend: str = AUTO  # a REGISTRY name, or auto
+    python: str | None = None  # local: run cells with this interpreter instead of built environments
+    cache_dir: Path | None = None  # local: where environments are built
+    gpus: str | None = None  # GPU indices for the cells, e.g. "0,1"
+    pull: bool = False  # docker: pull missing images from the registry instead of building them
+    build: images.BuildOptions = field(default_factory=images.BuildOptions)  # docker: how images are built
+
+
+@dataclass(frozen=True)
+class Registration:
+    factory: Callable[[dict, BackendOptions, Log], object]  # (frameworks, options, log) -> a Backend
+    title: str  # "using the <title> backend"
+    description: str  # what a cell runs in, said when auto picks it
+    # (usable here?, why: e.g. "no Docker engine answered"); None: always usable
+    probe: Callable[[], tuple[bool, str]] | None = None
+    auto_rank: int | None = None  # auto tries backends from the lowest rank; None: only when named
+    auto_note: str = ""  # this backend in --backend's help, e.g. "Docker when an engine answers"
+
+
+def _start_local(frameworks: dict, options: BackendOptions, log: Log):
+    from orchestrator.backends.local import LocalBackend
+
+    return LocalBackend(frameworks, cache_dir=options.cache_dir, python=options.python, gpus=options.gpus, log=log)
+
+
+def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
+    if options.python:
+        raise UserError("--python runs cells with a host interpreter: it needs --backend local")
+    from orchestrator.backends import docker as docker_backend
+
+    client = docker_backend.connect()
+    failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
+
+    def image_for(cell) -> str:
+        framework = frameworks[cell.framework]
+        variant = framework.variant(cell.variant)
+        tag = images.image_tag(framework, variant, options.build.registry)
+        if tag not in failures:
+            try:
+                return images.ensure_image(client, framework, variant, options.build, pull=options.pull, log=log)
+            except UserError as error:
+                failures[tag] = error
+                log(f"[red]error:[/red] {escape(str(error))}")
+        raise failures[tag]
+
+    return docker_backend.DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus, log=log)
+
+
+def _docker_engine_answers() -> tuple[bool, str]:
+    engine = host.docker_engine()
+    return (True, f"{engine.detail} answered") if engine.available else (False, "no Docker engine answered")
+
+
+# In the order `--backend` lists them.
+REGISTRY: dict[str, Registration] = {
+    "local": Registration(_start_local, "local", "per-framework virtual environments", auto_rank=1, auto_note="local"),
+    "docker": Registration(_start_docker, "Docker", "one container per cell", probe=_docker_engine_answers,
+                           auto_rank=0, auto_note="Docker when an engine answers"),
+}
+
+
+def _auto_order() -> list[tuple[str, Registration]]:
+    ranked = [(name, entry) for name, entry in REGISTRY.items() if entry.auto_rank is not None]
+    return sorted(ranked, key=lambda item: item[1].auto_rank)
+
+
+def choices() -> tuple[str, ...]:
+    return (AUTO, *REGISTRY)
+
+
+def auto_help() -> str:
+    return "auto: " + ", else ".join(entry.auto_note for _, entry in _auto_order())
+
+
+def choose(requested: str, log: Log = print) -> str:
+    """`auto` picks the first usable backend in auto_rank order and says which, and why, in one line."""
+    if requested != AUTO:
+        if requested not in REGISTRY:
+            raise UserError(f"unknown backend {requested!r}; choose from {', '.join(choices())}")
+        return requested
+    reasons = []
+    for name, entry in _auto_order():
+        usable, why = entry.probe() if entry.probe else (True, "")
+        reasons += [why] if why else []
+        if usable:
+            line = "; ".join([*reasons, f"using the {entry.title} backend ({entry.description})."])
+            log(line[0].upper() + line[1:])
+            return name
+    raise UserError(f"no backend is usable here ({'; '.join(reasons)}); name one with --backend")
+
+
+def start(options: BackendOptions, frameworks: dict, log: Log = print):
+    """The backend the options name (auto: the first usable one), ready to run cells."""
+    name = choose(options.backend, log)
+    return REGISTRY[name].factory(frameworks, options, log)

@@ -1,0 +1,98 @@
+"""Option groups that more than one command takes, each defined once, and the objects they become.
+
+A command adds a group with `add_<group>(parser)` and reads it back with the function of the
+group's name (`backend_options(args)`, `build_options(args)`), so the plain functions receive one
+options object per group instead of one keyword argument per option.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orchestrator import frameworks as framework_registry, images
+from orchestrator.backends import registry
+from orchestrator.errors import UserError
+from workloads.common.hyperparams import WORKLOADS
+
+
+def comma_list(value: str) -> list[str] | None:
+    """`a, b,c` -> ["a", "b", "c"]; an empty value is the same as leaving the option out."""
+    return [item.strip() for item in value.split(",") if item.strip()] or None
+
+
+# --- which cells: run-matrix, parity ------------------------------------------------------------
+
+def add_cell_selection(parser: argparse.ArgumentParser, *, frameworks_help: str) -> None:
+    parser.add_argument("--frameworks", type=comma_list, help=frameworks_help)
+    parser.add_argument("--workloads", type=comma_list, help=f"comma-separated: {','.join(WORKLOADS)}")
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, data_dir_help: str) -> None:
+    """Where a run's cells write, where they read, how long each may take."""
+    parser.add_argument("--results-dir", type=Path, help=results_dir_help)
+    parser.add_argument("--data-dir", type=Path, help=data_dir_help)
+    parser.add_argument("--timeout", type=float, help="seconds per cell before it is killed")
+
+
+# --- which images: build, push, pull, check-pins ------------------------------------------------
+
+def add_image_selection(parser: argparse.ArgumentParser, *, required: bool = False,
+                        variant_help: str = "repeatable; `all` for every variant") -> None:
+    """Framework names as positional arguments, and `--variant V` (repeatable) for each one's variants."""
+    if required:
+        parser.add_argument("frameworks", nargs="+")
+    else:
+        parser.add_argument("frameworks", nargs="*", help="default: every framework")
+    parser.add_argument("--variant", action="append", dest="variants", help=variant_help)
+
+
+def selected_variants(names: list[str] | None, variants: list[str] | None) -> list:
+    """(framework, variant) pairs: each framework's default variant, the named ones, or `all`."""
+    known = framework_registry.discover()
+    selected = []
+    for name in names or known:
+        if name not in known:
+            raise UserError(f"unknown framework {name!r}; choose from {', '.join(known)}")
+        framework = known[name]
+        chosen = framework.variants if variants == ["all"] else (variants or [framework.default_variant])
+        selected += [(framework, framework.variant(variant)) for variant in chosen]
+    return selected
+
+
+def add_registry_target(parser: argparse.ArgumentParser) -> None:
+    """push and pull: the registry is what the command is about, so it is required."""
+    parser.add_argument("--registry", required=True, help="e.g. 127.0.0.1:5000 or ghcr.io/you")
+
+
+# --- how images are built: build, and the Docker backend of run-matrix and parity ---------------
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", help="image name prefix, e.g. 127.0.0.1:5000 (default: local names)")
+    parser.add_argument("--base-image", help="override the variant's base image (e.g. one made by "
+                        "images/base/make-local-base.sh)")
+    parser.add_argument("--ca-bundle", type=Path, help="CA bundle for pip inside builds (default: $PIP_CERT, "
+                        "$SSL_CERT_FILE or $REQUESTS_CA_BUNDLE)")
+    parser.add_argument("--wheelhouse", type=Path, help="folder of local wheels for builds (default: $PIP_FIND_LINKS)")
+
+
+def build_options(args: argparse.Namespace) -> images.BuildOptions:
+    return images.BuildOptions.from_environment(registry=args.registry, base_image=args.base_image,
+                                                ca_bundle=args.ca_bundle, wheelhouse=args.wheelhouse)
+
+
+# --- where cells run: run-matrix, parity (the build options above included) ---------------------
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=registry.choices(), default=registry.AUTO, help=registry.auto_help())
+    parser.add_argument("--python", help="run cells with this interpreter instead of built environments")
+    parser.add_argument("--cache-dir", type=Path, help="environment cache (default: $ROSETTA_CACHE_DIR or "
+                        "~/.cache/rosetta-bench)")
+    parser.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument("--pull", action="store_true", help="docker: pull missing images from --registry instead "
+                        "of building")
+    add_build_options(parser)
+
+
+def backend_options(args: argparse.Namespace) -> registry.BackendOptions:
+    return registry.BackendOptions(backend=args.backend, python=args.python, cache_dir=args.cache_dir,
+                                   gpus=args.gpus, pull=args.pull, build=build_options(args))

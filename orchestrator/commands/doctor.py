@@ -1,0 +1,64 @@
+"""`doctor`: what this host can run (Docker engine, GPUs, built environments, cached datasets)."""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import __version__, host
+from workloads.common import data as datasets
+
+HELP = "what this host can run"
+ORDER = 90
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache-dir", type=Path)
+    parser.add_argument("--data-dir", type=Path)
+
+
+def main(args: argparse.Namespace) -> int:
+    Console().print(doctor(args.cache_dir, args.data_dir))
+    return 0
+
+
+def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table:
+    """What this host can run."""
+    from orchestrator.backends.local import READY_MARKER, default_cache_dir
+
+    table = Table(title="What this host can run", show_header=False)
+    table.add_column("what")
+    table.add_column("status")
+    table.add_row("Rosetta Bench", f"{__version__} (git {host.git_revision() or 'unknown'})")
+    table.add_row("Python", f"{platform.python_version()} at {sys.executable}")
+    engine = host.docker_engine()
+    table.add_row("Docker engine", engine.detail + ("" if engine.available else "  -> run-matrix uses the local backend"))
+    if engine.available:
+        table.add_row("leftover cell containers", leftover_containers())
+    gpus = host.gpus()
+    table.add_row("GPUs", "\n".join(gpus) if gpus else "none (CUDA variants will be recorded as unsupported)")
+    venvs = (Path(cache_dir) if cache_dir else default_cache_dir()) / "venvs"
+    built = sorted(p.name for p in venvs.glob("*") if (p / READY_MARKER).is_file()) if venvs.is_dir() else []
+    table.add_row("environments built", "\n".join(built) if built else f"none yet (built on first use in {venvs})")
+    folder = Path(data_dir) if data_dir else datasets.default_data_dir()
+    present = [remote.filename for remote in (datasets.CIFAR10, datasets.IMDB) if (folder / remote.filename).is_file()]
+    table.add_row("datasets cached", f"{', '.join(present) or 'none'} in {folder}")
+    return table
+
+
+def leftover_containers() -> str:
+    """Cell containers that a killed run left on the engine (a finished run leaves none)."""
+    from orchestrator.backends.docker import CELL_LABEL, connect
+
+    try:
+        found = connect().containers.list(all=True, filters={"label": CELL_LABEL})
+    except Exception as error:  # noqa: BLE001 - doctor reports, it does not fail
+        return f"could not list them ({str(error).splitlines()[0][:120]})"
+    if not found:
+        return "none"
+    ids = " ".join(container.short_id for container in found)
+    return f"{len(found)} (remove them with `docker rm -f {ids}`)"

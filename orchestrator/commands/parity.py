@@ -1,0 +1,78 @@
+"""`parity`: every framework runs the same model on the canonical weights; its outputs are compared with PyTorch's."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator import frameworks as framework_registry, matrix as matrix_module
+from orchestrator.backends import registry
+from orchestrator.commands import common_args
+from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
+from workloads.common import data as datasets
+from workloads.common.hyperparams import WORKLOADS
+
+HELP = "prove every framework runs the same model: canonical weights, outputs compared"
+ORDER = 50
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common_args.add_cell_selection(parser, frameworks_help="comma-separated (default: all; pytorch, the reference, "
+                                   "always runs)")
+    common_args.add_run_options(parser, results_dir_help="default: results/parity-<run-id>/",
+                                data_dir_help="where the canonical files are written (default: the data cache)")
+    common_args.add_backend_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
+                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout)
+
+
+def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,
+                 workloads: list[str] | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
+                 timeout: float | None = None) -> int:
+    """Run every framework on the canonical weights and compare its outputs with PyTorch's."""
+    from orchestrator import parity, runner
+    from workloads.common.result import Cell
+
+    known = framework_registry.discover()
+    names = frameworks or list(known)
+    matrix_module.check_names(names, list(known), "frameworks", "command line")
+    workloads = matrix_module.check_names(workloads or list(WORKLOADS), WORKLOADS, "workloads", "command line")
+    names = [parity.REFERENCE] + [name for name in names if name != parity.REFERENCE]  # the reference always runs
+    cells = [Cell(name, workload, variant=known[name].default_variant, precision="fp32", profile="full",
+                  data="synthetic") for workload in workloads for name in names if workload in known[name].workloads]
+    engine = registry.start(backend, known, log=console.print)
+    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
+    parity.write_canonical(data_dir, workloads)
+    results_dir = results_dir or runner.new_results_dir(prefix="parity-")
+    console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
+    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir, timeout=timeout,
+                               console=console, metadata={"mode": "parity"}, parity=True)
+    comparisons = parity.compare(summary.results)
+    (results_dir / "parity.md").write_text(parity.markdown(comparisons) + "\n")
+    (results_dir / "parity.json").write_text(json.dumps([vars(c) for c in comparisons], indent=2) + "\n")
+    Console(width=200).print(_table(comparisons))
+    console.print(f"parity table: {results_dir / 'parity.md'}")
+    return 0 if all(item.passed for item in comparisons) else EXIT_CELLS_FAILED
+
+
+def _table(comparisons: list) -> Table:
+    from orchestrator import parity
+
+    table = Table(title=f"Parity against {parity.REFERENCE} (max |a - b| / max |ref| <= "
+                        f"{parity.canonical.PARITY_TOLERANCE:.0e})")
+    for column in ("workload", "framework", "parameters", "output", "max abs", "max rel", "result"):
+        table.add_column(column)
+    for item in comparisons:
+        for name, difference in (item.differences.items() or [("-", None)]):
+            table.add_row(item.workload, item.framework, f"{item.parameter_count:,}" if item.parameter_count else "-",
+                          name, f"{difference[0]:.1e}" if difference else "-",
+                          f"{difference[1]:.1e}" if difference else "-",
+                          escape(item.status + (f": {item.note}" if item.note else "")))
+    return table

@@ -1,0 +1,31 @@
+"""`report`: render (again) the Markdown and HTML report of a results directory."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orchestrator.commands._shared import console
+from orchestrator.errors import UserError
+
+HELP = "re-render the report of a results directory"
+ORDER = 70
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path)
+
+
+def main(args: argparse.Namespace) -> int:
+    render(args.results_dir)
+    return 0
+
+
+def render(results_dir: Path) -> tuple[Path, Path]:
+    """Write report.md and report.html into `results_dir`; returns their paths."""
+    from orchestrator import report
+
+    if not Path(results_dir).is_dir():
+        raise UserError(f"{results_dir} is not a results directory; pass the folder run-matrix wrote (results/<run-id>)")
+    markdown, html = report.render(Path(results_dir))
+    console.print(f"report: {markdown} and {html}")
+    return markdown, html

@@ -1,0 +1,93 @@
+"""`run-matrix`: run the benchmark matrix (matrix.toml, narrowed by the command line) and render the report."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import frameworks as framework_registry, matrix as matrix_module
+from orchestrator.backends import registry
+from orchestrator.commands import common_args
+from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
+from orchestrator.errors import UserError
+from workloads.common import data as datasets
+from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
+
+HELP = "run the benchmark matrix and render the report"
+ORDER = 10
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the command line narrows the matrix file to; None keeps the file's choice."""
+
+    frameworks: list[str] | None = None
+    variants: list[str] | None = None
+    workloads: list[str] | None = None
+    precisions: list[str] | None = None
+    profile: str | None = None
+    data: str | None = None
+    repeat: int | None = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default: matrix.toml)")
+    common_args.add_cell_selection(parser, frameworks_help="comma-separated framework names (see `list`)")
+    parser.add_argument("--variants", type=common_args.comma_list, help="comma-separated variants, e.g. cpu")
+    parser.add_argument("--precisions", type=common_args.comma_list,
+                        help=f"comma-separated: {','.join(PRECISIONS)}")
+    parser.add_argument("--profile", choices=PROFILES, help="full = the study's settings; smoke = a few batches")
+    parser.add_argument("--data", choices=DATA_SOURCES, help="real datasets or synthetic data of the same shapes")
+    parser.add_argument("--repeat", type=int, help="runs per cell, interleaved across frameworks")
+    common_args.add_run_options(parser, results_dir_help="default: results/<run-id>/",
+                                data_dir_help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
+    parser.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")
+    parser.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+    common_args.add_backend_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    selection = Selection(frameworks=args.frameworks, variants=args.variants, workloads=args.workloads,
+                          precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat)
+    return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
+                      results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
+                      resume=args.resume, render_report=not args.no_report)
+
+
+def run_matrix(selection: Selection = Selection(), backend: registry.BackendOptions = registry.BackendOptions(), *,
+               matrix_file: Path | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
+               timeout: float | None = None, resume: bool = False, render_report: bool = True) -> int:
+    """Run the selected cells on the chosen backend; exit code 1 when a cell failed or timed out."""
+    from orchestrator import runner  # rich progress and the report are only needed here
+
+    known = framework_registry.discover()
+    matrix = matrix_module.load(matrix_file, known)
+    matrix = matrix_module.narrow(matrix, known, names=selection.frameworks, variants=selection.variants,
+                                  workloads=selection.workloads, precisions=selection.precisions,
+                                  profile=selection.profile, data=selection.data, repeat=selection.repeat)
+    cells = matrix.cells(known)
+    if not cells:
+        raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
+                        "against `python -m orchestrator list`")
+    if timeout is not None and timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
+    engine = registry.start(backend, known, log=console.print)
+    if results_dir is None:
+        results_dir = runner.latest_results_dir() if resume else runner.new_results_dir()
+    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
+    console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeat} repeat(s)) "
+                  f"-> {results_dir}")
+    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
+                               resume=resume, timeout=timeout, console=console,
+                               metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
+                                         "repeat": matrix.repeat, "argv": sys.argv[1:],
+                                         "not_applicable": matrix.not_applicable(known)})
+    if render_report:
+        from orchestrator.commands.report import render
+
+        render(results_dir)
+    failed = summary.count("failed") + summary.count("timeout")
+    console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
+                  + (f", {summary.skipped} already done" if summary.skipped else ""))
+    return EXIT_CELLS_FAILED if failed else 0

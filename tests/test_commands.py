@@ -1,0 +1,156 @@
+"""The command convention (a module in orchestrator/commands/ is a verb) and the backend registry
+(one entry is a backend `--backend` offers and `auto` may pick)."""
+import argparse
+import inspect
+import json
+import sys
+
+import pytest
+
+from orchestrator import commands
+from orchestrator.__main__ import build_parser, main
+from orchestrator.backends import registry
+from orchestrator.errors import UserError
+from workloads.common.result import Result
+
+VERBS = ["run-matrix", "build", "push", "pull", "parity", "check-pins", "report", "list", "doctor"]
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:
+    return next(a for a in parser._actions if flag in a.option_strings)
+
+
+def test_the_verbs_in_help_order():
+    assert list(commands.discover()) == VERBS
+    assert list(subcommands(build_parser())) == VERBS
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_command_module_follows_the_convention(verb):
+    module = commands.discover()[verb]
+    assert module.__name__ == f"orchestrator.commands.{verb.replace('-', '_')}"
+    assert isinstance(module.HELP, str) and module.HELP and "\n" not in module.HELP
+    assert list(inspect.signature(module.add_arguments).parameters) == ["parser"]
+    assert list(inspect.signature(module.main).parameters) == ["args"]
+    assert module.__doc__, "a command module says what its command does"
+
+
+def test_shared_options_are_defined_once_and_read_back_as_options_objects(tmp_path):
+    parser = build_parser()
+    for verb in ("run-matrix", "parity"):
+        args = parser.parse_args([verb, "--backend", "local", "--python", "/p", "--cache-dir", str(tmp_path),
+                                  "--gpus", "1", "--pull", "--registry", "r:5000/", "--frameworks", "a, b,"])
+        options = commands.common_args.backend_options(args)
+        assert options == registry.BackendOptions(backend="local", python="/p", cache_dir=tmp_path, gpus="1",
+                                                  pull=True, build=options.build)
+        assert options.build.registry == "r:5000" and args.frameworks == ["a", "b"]
+    verbs = subcommands(parser)
+    for flag in ("--backend", "--cache-dir", "--gpus", "--pull", "--timeout", "--registry", "--workloads"):
+        assert option(verbs["run-matrix"], flag).help == option(verbs["parity"], flag).help, flag
+
+
+@pytest.fixture
+def dropped_in(tmp_path, monkeypatch):
+    """A command module in a folder that the package also searches, as if dropped into commands/."""
+    def drop(name: str, source: str):
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.setattr(commands, "__path__", [*commands.__path__, str(tmp_path)])
+        monkeypatch.delitem(sys.modules, f"orchestrator.commands.{name}", raising=False)
+    yield drop
+    for name in [name for name in sys.modules if name.startswith("orchestrator.commands.say_")]:
+        del sys.modules[name]
+
+
+def test_a_module_dropped_into_commands_becomes_a_verb(dropped_in, capsys):
+    dropped_in("say_hello", '''"""`say-hello`: a test command."""
+from orchestrator.errors import UserError
+
+HELP = "greet someone"
+
+
+def add_arguments(parser):
+    parser.add_argument("name")
+
+
+def main(args):
+    if args.name == "nobody":
+        raise UserError("say-hello needs a name; pass one")
+    print(f"hello {args.name}")
+    return 3
+''')
+    assert list(commands.discover()) == VERBS + ["say-hello"]  # no ORDER: after the others
+    assert main(["say-hello", "world"]) == 3
+    assert capsys.readouterr().out == "hello world\n"
+    assert main(["say-hello", "nobody"]) == 2  # UserError: caught once, in main
+    assert capsys.readouterr().err.strip() == "error: say-hello needs a name; pass one"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert "say-hello" in out and "greet someone" in out
+
+
+def test_order_places_a_dropped_in_verb(dropped_in):
+    dropped_in("say_first", '"""x"""\nHELP = "first"\nORDER = 0\n'
+                            'def add_arguments(parser): pass\ndef main(args): return 0\n')
+    assert list(commands.discover())[0] == "say-first"
+
+
+def test_a_module_missing_part_of_the_convention_is_named(dropped_in):
+    dropped_in("say_nothing", '"""x"""\nHELP = "nothing"\n')
+    with pytest.raises(TypeError, match="say_nothing.py is a command module but lacks add_arguments, main"):
+        commands.discover()
+
+
+class RecordingBackend:
+    """A backend that 'runs' each cell by writing an ok result, and remembers how it was made."""
+
+    name = "recording"
+    made_with = None
+
+    def __init__(self, options):
+        RecordingBackend.made_with = options
+
+    def unsupported_reason(self, cell, variant):
+        return None
+
+    def run_cell(self, job):
+        return Result(cell=job.cell, status="ok")
+
+
+def test_a_registered_backend_is_offered_and_runs_cells(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(registry.REGISTRY, "recording", registry.Registration(
+        lambda frameworks, options, log: RecordingBackend(options), "recording", "cells pretend to run"))
+    backend = option(subcommands(build_parser())["run-matrix"], "--backend")
+    assert backend.choices == ("auto", "local", "docker", "recording")
+    assert option(subcommands(build_parser())["parity"], "--backend").choices == backend.choices
+    assert registry.auto_help() == "auto: Docker when an engine answers, else local"  # not ranked: never auto
+
+    code = main(["run-matrix", "--backend", "recording", "--frameworks", "pytorch", "--variants", "cpu",
+                 "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic", "--gpus", "0",
+                 "--results-dir", str(tmp_path / "run"), "--data-dir", str(tmp_path / "data"), "--no-report"])
+    assert code == 0, capsys.readouterr().err
+    assert RecordingBackend.made_with.backend == "recording" and RecordingBackend.made_with.gpus == "0"
+    [written] = (tmp_path / "run" / "cells").glob("*.json")
+    assert json.loads(written.read_text())["status"] == "ok"
+
+
+def test_auto_tries_registered_backends_by_rank(monkeypatch):
+    monkeypatch.setitem(registry.REGISTRY, "busy", registry.Registration(
+        lambda *_: None, "busy", "-", probe=lambda: (False, "the busy cluster is full"), auto_rank=-1,
+        auto_note="busy when it has room"))
+    monkeypatch.setattr(registry.host, "docker_engine", lambda: registry.host.DockerStatus(False, "no"))
+    said = []
+    assert registry.choose("auto", log=said.append) == "local"
+    assert said == ["The busy cluster is full; no Docker engine answered; using the local backend "
+                    "(per-framework virtual environments)."]
+    assert registry.auto_help() == "auto: busy when it has room, else Docker when an engine answers, else local"
+
+
+def test_an_unknown_backend_named_by_a_caller_is_a_user_error():
+    with pytest.raises(UserError, match="unknown backend 'ray'; choose from auto, local, docker"):
+        registry.choose("ray")
