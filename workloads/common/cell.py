@@ -54,8 +54,7 @@ class CellRequest:
         cell = document.pop("cell", None)
         if not isinstance(cell, dict):
             raise CellDocumentError("no 'cell' object")
-        request = cls(cell=Cell(**_checked(Cell, cell)), **_checked(cls, document, skip=("cell",)))
-        return request
+        return cls(cell=Cell(**_checked(Cell, cell)), **_checked(cls, document, skip=("cell",)))
 
     def write(self, path: Union[str, os.PathLike]) -> None:
         with open(path, "w") as stream:
