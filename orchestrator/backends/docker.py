@@ -4,8 +4,8 @@ The image's ENTRYPOINT is `python -m workloads`, so the container's command is `
 /results/cell.json`: the cell document every backend writes (`cell_request`), with the paths as
 the container sees them. The container gets no network, no capabilities, a read-only root
 filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,
-which holds the cell document and where the workload writes its JSON result. Frameworks write caches to
-HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
+which holds the cell document and where the workload writes its JSON result. Frameworks write
+caches to HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
 
 The engine must share this host's filesystem (a local engine): the dataset cache and the result
 folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
