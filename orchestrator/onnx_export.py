@@ -2,7 +2,8 @@
 
 ONNX Runtime runs a graph that another framework defined. A framework whose metadata.toml says
 `model_source = "pytorch-onnx-export"` gets PyTorch's model, exported by the workload entry point
-(`python -m workloads resnet50 --framework pytorch --parity DIR --export-onnx OUT`) in PyTorch's own
+(a cell document with `parity` and `export_onnx`; by hand, `python -m workloads resnet50 --framework
+pytorch --parity DIR --export-onnx OUT`) in PyTorch's own
 environment on the backend in use: its virtual environment locally, its image under Docker. The
 export is cached in the dataset folder, which containers already see (read-only, at /data):
 

@@ -78,8 +78,9 @@ def test_missing_dataset_fails_its_cells_with_the_fix_and_the_rest_run(in_tmp, c
     """Offline without the file: one line names the file, the folder and --data synthetic."""
     monkeypatch.setenv("ROSETTA_OFFLINE", "1")
     fake = in_tmp / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.result import Cell, Result\n"
-                    "Result(Cell('pytorch', sys.argv[3])).write(sys.argv[-1])\n")
+    fake.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
+                    "from workloads.common.result import Result\n"
+                    "request = CellRequest.read(sys.argv[-1])\nResult(request.cell).write(request.out)\n")
     fake.chmod(0o755)
     code = main(["run-matrix", "--backend", "local", "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,resnet50",
                  "--python", str(fake), "--data", "real", "--data-dir", str(in_tmp / "data"),
@@ -141,11 +142,13 @@ def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_
 
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\n" + (
-        "import os, sys, time\nfrom workloads.common.result import Cell, Result\n"
-        "if sys.argv[3] == 'gru':\n"
+        "import os, sys, time\nfrom workloads.common.cell import CellRequest\n"
+        "from workloads.common.result import Result\n"
+        "request = CellRequest.read(sys.argv[-1])\n"
+        "if request.cell.workload == 'gru':\n"
         f"    open({str(tmp_path / 'hanging.pid')!r}, 'w').write(str(os.getpid()))\n"
         "    time.sleep(120)\n"
-        "Result(Cell('pytorch', sys.argv[3])).write(sys.argv[-1])\n"))
+        "Result(request.cell).write(request.out)\n"))
     fake.chmod(0o755)
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
                "--variants", "cpu", "--workloads", "cnn,gru", "--python", str(fake), "--data", "synthetic", "--profile", "smoke",

@@ -226,8 +226,8 @@ def test_second_load_uses_the_caches_and_no_network(server, data_dir, monkeypatc
     def must_not_run(*args, **kwargs):
         raise AssertionError("the cached load re-hashed or re-parsed the archive")
 
-    monkeypatch.setattr(data, "_file_digest", must_not_run)
-    monkeypatch.setattr(data, "_parse_cifar10_archive", must_not_run)
+    monkeypatch.setattr(data.checksum, "file_digest", must_not_run)
+    monkeypatch.setattr(data.cifar10, "_parse_cifar10_archive", must_not_run)
     second = data.load_cifar10(data_dir, remote=remote, offline=True)
     assert len(server.requests) == 1
     np.testing.assert_array_equal(first.x_train, second.x_train)
@@ -270,7 +270,7 @@ def test_an_unwritable_data_dir_skips_the_cache_silently(server, data_dir, monke
     def read_only(*args, **kwargs):
         raise PermissionError(30, "Read-only file system")
 
-    monkeypatch.setattr(data.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(data.cache.tempfile, "mkdtemp", read_only)
     dataset = data.load_cifar10(data_dir, remote=remote, offline=True)
     assert dataset.x_train.shape == (5 * IMAGES_PER_BATCH, 3, 32, 32)
     assert files_in(data_dir / "cache") == []
@@ -289,7 +289,7 @@ def test_a_crash_while_caching_leaves_no_half_cache(server, data_dir, monkeypatc
         with open(path, "wb") as stream:
             np.lib.format.write_array(stream, array)
 
-    monkeypatch.setattr(data.np, "save", disk_full_on_second_file)
+    monkeypatch.setattr(data.cache.np, "save", disk_full_on_second_file)
     dataset = data.load_cifar10(data_dir, remote=remote, offline=True)
     assert dataset.x_test.shape == (IMAGES_PER_BATCH, 3, 32, 32)
     assert saved, "the cache write was attempted"
@@ -406,7 +406,7 @@ def test_unsafe_archive_members_are_refused_before_unpickling(server, tmp_path, 
     def must_not_unpickle(*args, **kwargs):
         raise AssertionError("unpickled a member of an unsafe archive")
 
-    monkeypatch.setattr(data.pickle, "loads", must_not_unpickle)
+    monkeypatch.setattr(data.cifar10.pickle, "loads", must_not_unpickle)
     outside_before = files_in(tmp_path)
     with pytest.raises(data.DataError, match="unsafe archive member") as error:
         data.load_cifar10(data_dir, remote=remote)
@@ -459,8 +459,8 @@ def test_imdb_second_load_uses_the_cache(server, data_dir, monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("the cached load re-hashed or re-parsed the archive")
 
-    monkeypatch.setattr(data, "_file_digest", must_not_run)
-    monkeypatch.setattr(data, "_parse_imdb_archive", must_not_run)
+    monkeypatch.setattr(data.checksum, "file_digest", must_not_run)
+    monkeypatch.setattr(data.imdb, "_parse_imdb_archive", must_not_run)
     second = data.load_imdb(data_dir, settings=GRU, remote=remote, offline=True)
     np.testing.assert_array_equal(first.x_train, second.x_train)
     np.testing.assert_array_equal(first.y_test, second.y_test)
@@ -607,8 +607,9 @@ def test_the_published_checksums():
 def test_prepare_fetches_and_caches_for_offline_containers(server, data_dir, monkeypatch):
     cifar_body, _ = cifar_tarball()
     imdb_body, _ = imdb_npz()
-    monkeypatch.setattr(data, "CIFAR10", server.remote(data.CIFAR10, cifar_body))
-    monkeypatch.setattr(data, "IMDB", server.remote(data.IMDB, imdb_body))
+    imdb = server.remote(data.IMDB, imdb_body)
+    monkeypatch.setattr(data.published, "CIFAR10", server.remote(data.CIFAR10, cifar_body))
+    monkeypatch.setattr(data.published, "IMDB", imdb)
     assert data.prepare("cifar10", data_dir, progress=quiet) == data_dir / "cifar-10-python.tar.gz"
     assert data.prepare("imdb", data_dir, progress=quiet) == data_dir / "imdb.npz"
     cache_folders = sorted(path.name for path in (data_dir / "cache").iterdir())
@@ -616,7 +617,7 @@ def test_prepare_fetches_and_caches_for_offline_containers(server, data_dir, mon
     # A container then finds everything ready, with no network.
     server.stop()
     server.stop = lambda: None
-    dataset = data.load_imdb(data_dir, settings=GRU, remote=data.IMDB, offline=True)
+    dataset = data.load_imdb(data_dir, settings=GRU, remote=imdb, offline=True)
     assert dataset.x_train.shape == (30, GRU.sequence_length)
     with pytest.raises(ValueError, match="cifar10, imdb"):
         data.prepare("mnist", data_dir)

@@ -2,9 +2,9 @@
 
 The test image is the local Debian base (images/base/make-local-base.sh) plus the real `workloads`
 package and a fake entrypoint that honours the same contract as `python -m workloads`: it takes
-exactly the arguments of `workload_arguments`, writes its Result to --out with the real
-`workloads.common.result` (standard library only, so no numpy or framework is needed) and exits
-0 / 3 / other. What it does depends on the cell:
+`--cell FILE`, reads the cell document the backend wrote with the real `workloads.common.cell`,
+writes its Result where the document says with the real `workloads.common.result` (standard
+library only, so no numpy or framework is needed) and exits 0 / 3 / other. What it does depends on the cell:
 
     cnn       ok, and reports what it saw from inside: uid, network, writable paths, capabilities
     gru       hangs (for the timeout and Ctrl-C tests)
@@ -43,19 +43,16 @@ except Exception as error:  # noqa: BLE001 - any failure to reach the engine mea
     pytest.skip(reason, allow_module_level=True)
 
 FAKE_WORKLOAD = textwrap.dedent('''
-    """Stands in for `python -m workloads` inside the test image (same arguments, same exit codes)."""
-    import argparse, os, socket, subprocess, sys, time
-    from workloads.common.result import Cell, Result
+    """Stands in for `python -m workloads` inside the test image (same document, same exit codes)."""
+    import os, socket, subprocess, sys, time
+    from workloads.common.cell import CellRequest
+    from workloads.common.result import Result
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload")
-    for option in ("--framework", "--variant", "--profile", "--precision", "--device", "--data",
-                   "--data-dir", "--repeat", "--out"):
-        parser.add_argument(option, required=True)  # the whole contract, or exit 2
-    args = parser.parse_args()
-    cell = Cell(args.framework, args.workload, variant=args.variant, precision=args.precision,
-                profile=args.profile, data=args.data, repeat=int(args.repeat))
-    print(f"fake workload: {cell.key} on {args.device}")  # stdout, for the log
+    if len(sys.argv) != 3 or sys.argv[1] != "--cell":
+        sys.exit(f"fake workload: expected --cell FILE, got {sys.argv[1:]}")  # the whole contract, or fail
+    request = CellRequest.read(sys.argv[2])
+    cell = request.cell
+    print(f"fake workload: {cell.key} on {request.device}")  # stdout, for the log
 
     def attempt(action):
         try:
@@ -71,15 +68,15 @@ FAKE_WORKLOAD = textwrap.dedent('''
         with socket.create_connection(("1.1.1.1", 53), timeout=3):
             pass
 
-    if args.precision == "fp16":
+    if cell.precision == "fp16":
         print("boom: fp16 kernels crashed", file=sys.stderr)
         sys.exit(7)
-    if args.workload == "gru":
+    if cell.workload == "gru":
         time.sleep(120)
     result = Result(cell)
-    if args.workload == "resnet50":
+    if cell.workload == "resnet50":
         result.status, result.reason = "unsupported", "resnet50 needs a GPU here"
-        result.write(args.out)
+        result.write(request.out)
         sys.exit(3)
     status = dict(line.split(":\\t") for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
     result.provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION")
@@ -87,8 +84,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
     result.provenance.extras = {
         "uid": subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip(),
         "network": attempt(connect_out),
-        "data_writable": attempt(write(os.path.join(args.data_dir, "probe"))),
-        "data_visible": str(os.listdir(args.data_dir)),
+        "data_writable": attempt(write(os.path.join(request.data_dir, "probe"))),
+        "data_visible": str(os.listdir(request.data_dir)),
         "root_writable": attempt(write("/opt/rosetta/probe")),
         "home_writable": attempt(write(os.path.expanduser("~/probe"))),
         "tmp_writable": attempt(write("/tmp/probe")),
@@ -96,7 +93,7 @@ FAKE_WORKLOAD = textwrap.dedent('''
         "no_new_privileges": status["NoNewPrivs"].strip(),
         "unbuffered": os.environ.get("PYTHONUNBUFFERED", ""),
     }
-    result.write(args.out)
+    result.write(request.out)
 ''')
 
 DOCKERFILE = textwrap.dedent(f"""

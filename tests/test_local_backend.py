@@ -16,12 +16,13 @@ REGISTRY = frameworks.discover()
 
 
 def fake_interpreter(tmp_path: Path, body: str) -> str:
-    """An executable that takes `python -m workloads ...` arguments and does `body`."""
+    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`."""
     script = tmp_path / "fake-python"
     script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
         import os, sys, time
-        args = sys.argv[sys.argv.index("--out") + 1:]
-        out = args[0]
+        from workloads.common.cell import CellRequest
+        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
+        out = request.out
         open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
     """) + textwrap.dedent(body))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -68,7 +69,7 @@ def test_unsupported_exit_code_and_isolated_home(tmp_path):
 def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_path):
     body = """
         from workloads.common.result import Cell, Result
-        workload = sys.argv[3]
+        workload = request.cell.workload
         if workload == "gru":
             sys.exit("gru exploded")
         Result(Cell("pytorch", workload, profile="smoke", data="synthetic")).write(out)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from orchestrator import frameworks, images, matrix, onnx_export
-from orchestrator.backends import CellJob, workload_arguments
+from orchestrator.backends import CellJob, cell_request
 from orchestrator.report import render
 from orchestrator.results import cell_path
 from workloads.common import canonical
@@ -55,17 +55,17 @@ def test_matrix_runs_resnet50_and_records_the_rest_as_not_applicable():
     assert narrowed.not_applicable(REGISTRY) == []  # only what the run asked for
 
 
-# --- the contract: arguments and the entry point ------------------------------------------------------
+# --- the contract: the cell document and the entry point ---------------------------------------------
 
 def test_export_and_model_folders_reach_the_workload():
     cell = Cell("pytorch", "resnet50")
-    arguments = workload_arguments(cell, device="cpu", data_dir="/data", out="/results/result.json",
-                                   parity="onnx/.incoming-x/canonical", export_onnx="/export")
-    assert arguments[-4:] == ["--parity", "/data/onnx/.incoming-x/canonical", "--export-onnx", "/export"]
-    arguments = workload_arguments(Cell("onnxruntime", "resnet50"), device="cpu", data_dir="/data/", out="r.json",
-                                   onnx_model="onnx/resnet50-abc")
-    assert arguments[-2:] == ["--onnx-model", "/data/onnx/resnet50-abc"]
-    assert "--onnx-model" not in workload_arguments(cell, device="cpu", data_dir="/data", out="r.json")
+    request = cell_request(cell, device="cpu", data_dir="/data", out="/results/result.json",
+                           parity="onnx/.incoming-x/canonical", export_onnx="/export")
+    assert (request.parity, request.export_onnx) == ("/data/onnx/.incoming-x/canonical", "/export")
+    request = cell_request(Cell("onnxruntime", "resnet50"), device="cpu", data_dir="/data/", out="r.json",
+                           onnx_model="onnx/resnet50-abc")
+    assert request.onnx_model == "/data/onnx/resnet50-abc"
+    assert cell_request(cell, device="cpu", data_dir="/data", out="r.json").onnx_model is None
 
 
 def test_the_entry_point_exports_only_from_canonical_weights():

@@ -1,10 +1,12 @@
 """Run one cell inside a framework's environment and write exactly one JSON result.
 
+    python -m workloads --cell cell.json        # how the backends run it: one cell document
     python -m workloads cnn --framework pytorch --profile smoke --precision fp32 \
-        --device auto --data synthetic --data-dir DIR --out result.json
+        --device auto --data synthetic --data-dir DIR --out result.json    # by hand: the same, as arguments
 
-Exit codes (the contract with the host): 0 = ok, 3 = unsupported here (reason in the result),
-anything else = failed (the result says why when it could still be written).
+The cell document (workloads/common/cell.py) holds the cell and where things are; the arguments
+build the same document. Exit codes (the contract with the host): 0 = ok, 3 = unsupported here
+(reason in the result), anything else = failed (the result says why when it could still be written).
 """
 import argparse
 import importlib
@@ -18,10 +20,14 @@ from typing import List, Optional
 import numpy as np
 
 from workloads.common import canonical, hyperparams, naming
+from workloads.common.cell import CellDocumentError, CellRequest
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
 
 EXIT_FAILED = 1
+# The by-hand defaults are the documents' own.
+_DEFAULT_CELL = Cell(framework="", workload="")
+_DEFAULT_REQUEST = CellRequest(cell=_DEFAULT_CELL)
 
 
 def available_frameworks(workload: str) -> List[str]:
@@ -30,18 +36,20 @@ def available_frameworks(workload: str) -> List[str]:
     return sorted(name for p in folder.glob("*.py") if not p.stem.startswith("_") for name in naming.frameworks_of(p.stem))
 
 
-def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workloads", description=__doc__.split("\n")[0])
-    parser.add_argument("workload", choices=hyperparams.WORKLOADS)
-    parser.add_argument("--framework", default=os.environ.get("ROSETTA_FRAMEWORK"),
-                        help="default: $ROSETTA_FRAMEWORK (set in each framework's image)")
-    parser.add_argument("--variant", default="cpu", help="recorded in the result (the image or environment used)")
-    parser.add_argument("--profile", choices=hyperparams.PROFILES, default="full")
-    parser.add_argument("--precision", choices=hyperparams.PRECISIONS, default="fp32")
-    parser.add_argument("--device", choices=hyperparams.DEVICES, default="auto")
-    parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, default="real")
-    parser.add_argument("--data-dir", default=None, help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
-    parser.add_argument("--repeat", type=int, default=0, help="repeat index, recorded in the result")
+    parser.add_argument("--cell", metavar="FILE", help="the cell document (JSON) that says everything below; "
+                        "the backends run cells this way")
+    # Every option defaults to None here, so that --cell can tell whether any was given too.
+    parser.add_argument("workload", nargs="?", help=f"one of {', '.join(hyperparams.WORKLOADS)}")
+    parser.add_argument("--framework", help="default: $ROSETTA_FRAMEWORK (set in each framework's image)")
+    parser.add_argument("--variant", help="recorded in the result (the image or environment used; default: cpu)")
+    parser.add_argument("--profile", choices=hyperparams.PROFILES, help="default: full")
+    parser.add_argument("--precision", choices=hyperparams.PRECISIONS, help="default: fp32")
+    parser.add_argument("--device", choices=hyperparams.DEVICES, help="default: auto")
+    parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, help="default: real")
+    parser.add_argument("--data-dir", help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
+    parser.add_argument("--repeat", type=int, help="repeat index, recorded in the result (default: 0)")
     parser.add_argument("--parity", metavar="DIR", help="parity check instead of the benchmark: load the canonical "
                         "weights and batch in DIR (weights.npz, batch.npz) and record the model's outputs")
     parser.add_argument("--export-onnx", metavar="OUT", help="with --parity: also export the model on those weights "
@@ -49,42 +57,91 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--onnx-model", metavar="DIR", help="the exported ONNX model an inference engine runs "
                         "(model.onnx, model.onnx.data, export.json; default: $ROSETTA_ONNX_MODEL)")
     parser.add_argument("--out", help="where to write the JSON result (default: $ROSETTA_RESULTS_DIR/<cell>.json)")
+    return parser
+
+
+def parse_args(argv: Optional[List[str]] = None) -> CellRequest:
+    """The cell document, read from --cell FILE or built from the arguments."""
+    parser = _parser()
     args = parser.parse_args(argv)
-    if not args.framework:
-        parser.error("--framework is required (or set ROSETTA_FRAMEWORK)")
-    if args.export_onnx and not args.parity:
-        parser.error("--export-onnx needs --parity DIR: the canonical weights to export")
-    return args
+    if args.cell:
+        others = sorted(name for name, value in vars(args).items() if name != "cell" and value is not None)
+        if others:
+            parser.error(f"--cell FILE says everything; drop {', '.join(others)}")
+        try:
+            request = CellRequest.read(args.cell)
+        except CellDocumentError as error:
+            parser.error(f"--cell {args.cell}: {error}")
+    else:
+        request = request_from_arguments(args)
+    problem = request_problem(request)
+    if problem:
+        parser.error(problem)
+    return request
+
+
+def request_from_arguments(args: argparse.Namespace) -> CellRequest:
+    """The by-hand form: the same document as --cell, each option not given at its default."""
+    def given(value, default):
+        return default if value is None else value
+
+    cell = Cell(framework=given(args.framework, os.environ.get("ROSETTA_FRAMEWORK") or ""),
+                workload=given(args.workload, ""),
+                variant=given(args.variant, _DEFAULT_CELL.variant),
+                precision=given(args.precision, _DEFAULT_CELL.precision),
+                profile=given(args.profile, _DEFAULT_CELL.profile),
+                data=given(args.data, _DEFAULT_CELL.data),
+                repeat=given(args.repeat, _DEFAULT_CELL.repeat))
+    return CellRequest(cell=cell, device=given(args.device, _DEFAULT_REQUEST.device), data_dir=args.data_dir,
+                       out=args.out, parity=args.parity, export_onnx=args.export_onnx, onnx_model=args.onnx_model)
+
+
+def request_problem(request: CellRequest) -> Optional[str]:
+    """What makes a cell document unrunnable (checked the same way for --cell and for arguments), or None."""
+    cell = request.cell
+    if not cell.workload:
+        return f"name the workload ({', '.join(hyperparams.WORKLOADS)}) or give --cell FILE"
+    if not cell.framework:
+        return "--framework is required (or set ROSETTA_FRAMEWORK)"
+    for what, value, choices in (("workload", cell.workload, hyperparams.WORKLOADS),
+                                 ("profile", cell.profile, hyperparams.PROFILES),
+                                 ("precision", cell.precision, hyperparams.PRECISIONS),
+                                 ("device", request.device, hyperparams.DEVICES),
+                                 ("data", cell.data, hyperparams.DATA_SOURCES)):
+        if value not in choices:
+            return f"invalid {what} {value!r}; choose from {', '.join(choices)}"
+    if request.export_onnx and not request.parity:
+        return "--export-onnx needs --parity DIR: the canonical weights to export"
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    choices = available_frameworks(args.workload)
-    if args.framework not in choices:
-        print(f"error: no {args.workload} workload for framework {args.framework!r}; "
+    request = parse_args(argv)
+    cell = request.cell
+    choices = available_frameworks(cell.workload)
+    if cell.framework not in choices:
+        print(f"error: no {cell.workload} workload for framework {cell.framework!r}; "
               f"choose from {', '.join(choices)}", file=sys.stderr)
         return 2
-    cell = Cell(framework=args.framework, workload=args.workload, variant=args.variant,
-                precision=args.precision, profile=args.profile, data=args.data, repeat=args.repeat)
-    out = args.out or os.path.join(os.environ.get("ROSETTA_RESULTS_DIR", "."), f"{cell.key}.json")
-    run = Run(cell, device=args.device, data_dir=args.data_dir)
+    out = request.out or os.path.join(os.environ.get("ROSETTA_RESULTS_DIR", "."), f"{cell.key}.json")
+    run = Run(cell, device=request.device, data_dir=request.data_dir)
     code = EXIT_OK
     try:
-        os.environ.update(naming.environment(args.framework))  # e.g. KERAS_BACKEND, before the import
-        if args.onnx_model:
-            os.environ["ROSETTA_ONNX_MODEL"] = args.onnx_model  # read by workloads/runtime/onnxruntime.py
+        os.environ.update(naming.environment(cell.framework))  # e.g. KERAS_BACKEND, before the import
+        if request.onnx_model:
+            os.environ["ROSETTA_ONNX_MODEL"] = request.onnx_model  # read by workloads/runtime/onnxruntime.py
         start = time.perf_counter()
-        module = importlib.import_module(f"workloads.{args.workload}.{naming.module_name(args.framework)}")
+        module = importlib.import_module(f"workloads.{cell.workload}.{naming.module_name(cell.framework)}")
         run.result.phases["framework_import"] = time.perf_counter() - start
         run.result.provenance.extras["matched"] = " | ".join(getattr(module, "MATCHED", ()))
-        if args.parity:
-            if args.precision != "fp32":
+        if request.parity:
+            if cell.precision != "fp32":
                 raise Unsupported("the parity check runs in fp32 only")
-            weights, batch = canonical.load(args.parity)
-            if args.export_onnx:
+            weights, batch = canonical.load(request.parity)
+            if request.export_onnx:
                 if not hasattr(module, "export_onnx"):
-                    raise Unsupported(f"{args.framework} has no ONNX export for {args.workload}")
-                outputs = module.export_onnx(run, weights, batch, args.export_onnx)
+                    raise Unsupported(f"{cell.framework} has no ONNX export for {cell.workload}")
+                outputs = module.export_onnx(run, weights, batch, request.export_onnx)
             else:
                 outputs = module.parity(run, weights, batch)
             run.result.outputs = {name: np.asarray(value, dtype=np.float64).tolist() for name, value in outputs.items()}

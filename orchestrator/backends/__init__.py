@@ -1,8 +1,9 @@
 """Backends run one cell each and hand back its Result; they share the contract's host half here.
 
-A backend runs `python -m workloads <workload> ...` somewhere (a virtual environment, a
-container), then `collect` turns the exit code and the JSON file it wrote into the final Result:
-exit 0 = ok, EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
+A backend writes the cell document (`cell_request`, workloads/common/cell.py) into the cell's work
+folder, runs `python -m workloads --cell FILE` somewhere (a virtual environment, a container), then
+`collect` turns the exit code and the JSON file it wrote into the final Result: exit 0 = ok,
+EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from workloads.common.cell import CellRequest
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
 
 STDERR_TAIL_CHARS = 4000
@@ -40,21 +42,26 @@ class Backend(Protocol):
     def run_cell(self, job: CellJob) -> Result: ...
 
 
-def workload_arguments(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None,
-                       export_onnx: str | None = None, onnx_model: str | None = None) -> list[str]:
-    """The arguments after `python -m workloads` (the same for every backend). `data_dir` is the
-    dataset folder as the workload sees it; `parity` and `onnx_model`, folders relative to it;
-    `export_onnx`, the export's folder as the workload sees it."""
-    arguments = [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
-                 "--profile", cell.profile, "--precision", cell.precision, "--device", device,
-                 "--data", cell.data, "--data-dir", data_dir, "--repeat", str(cell.repeat), "--out", out]
-    if parity:
-        arguments += ["--parity", f"{data_dir.rstrip('/')}/{parity}"]
-    if export_onnx:
-        arguments += ["--export-onnx", export_onnx]
-    if onnx_model:
-        arguments += ["--onnx-model", f"{data_dir.rstrip('/')}/{onnx_model}"]
-    return arguments
+CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folder
+
+
+def cell_request(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None,
+                 export_onnx: str | None = None, onnx_model: str | None = None) -> CellRequest:
+    """The cell document every backend hands to `python -m workloads --cell FILE`, its paths as the
+    workload sees them: `data_dir`, the dataset folder; `parity` and `onnx_model`, folders relative
+    to it; `export_onnx`, the export's folder; `out`, the result file."""
+    root = data_dir.rstrip("/")
+    return CellRequest(cell=cell, device=device, data_dir=data_dir, out=out,
+                       parity=f"{root}/{parity}" if parity else None, export_onnx=export_onnx or None,
+                       onnx_model=f"{root}/{onnx_model}" if onnx_model else None)
+
+
+def write_cell_document(request: CellRequest, folder: Path) -> Path:
+    """Write the document into the cell's work folder, readable by a container's user (not us)."""
+    path = folder / CELL_DOCUMENT
+    request.write(path)
+    path.chmod(0o644)
+    return path
 
 
 def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:

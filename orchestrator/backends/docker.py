@@ -1,10 +1,11 @@
 """The Docker backend: each cell in a fresh, locked-down container of its framework's image.
 
-The image's ENTRYPOINT is `python -m workloads`, so the container's command is exactly the
-arguments every backend passes (`workload_arguments`). The container gets no network, no
-capabilities, a read-only root filesystem, the dataset cache read-only at /data and one writable
-per-cell folder at /results, where the workload writes its JSON result. Frameworks write caches to
-HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
+The image's ENTRYPOINT is `python -m workloads`, so the container's command is `--cell
+/results/cell.json`: the cell document every backend writes (`cell_request`), with the paths as
+the container sees them. The container gets no network, no capabilities, a read-only root
+filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,
+which holds the cell document and where the workload writes its JSON result. Frameworks write
+caches to HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
 
 The engine must share this host's filesystem (a local engine): the dataset cache and the result
 folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
@@ -26,7 +27,7 @@ import docker
 import requests
 
 from orchestrator import host
-from orchestrator.backends import CellJob, collect, gpu_mismatch, tail, workload_arguments
+from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, tail, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from workloads.common.result import Cell, Result
@@ -130,8 +131,10 @@ class DockerBackend:
 
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
-        command = workload_arguments(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity,
-                                     onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
+        request = cell_request(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity,
+                               onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
+        document = write_cell_document(request, out_dir)
+        command = ["--cell", f"{RESULTS_MOUNT}/{document.name}"]
         container = None
         try:
             try:

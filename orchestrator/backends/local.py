@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import host
-from orchestrator.backends import CellJob, collect, gpu_mismatch, workload_arguments
+from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.result import Result
@@ -179,10 +179,10 @@ class LocalBackend:
         source.mkdir()
         (source / "workloads").symlink_to(WORKLOADS_DIR)  # only the workloads package is importable
         out = work / "result.json"
-        command = [python, "-m", "workloads",
-                   *workload_arguments(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
-                                      parity=job.parity, onnx_model=job.onnx_model,
-                                      export_onnx=str(job.export_dir) if job.export_dir else None)]
+        request = cell_request(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
+                               parity=job.parity, onnx_model=job.onnx_model,
+                               export_onnx=str(job.export_dir) if job.export_dir else None)
+        command = [python, "-m", "workloads", "--cell", str(write_cell_document(request, work))]
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         timed_out_after = None
         with open(job.log_path, "wb") as log:

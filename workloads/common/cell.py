@@ -1,0 +1,90 @@
+"""The cell document: everything the host asks of one workload run, in one JSON file.
+
+A backend writes it into the cell's work folder and runs ``python -m workloads --cell FILE``;
+run by hand, ``python -m workloads cnn --framework pytorch ... --out result.json`` builds the same
+document from its arguments. Standard library only (Python 3.6): the host and every image share it.
+
+Paths are as the workload sees them (inside a container: the mount points).
+"""
+import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
+import json
+import os
+from dataclasses import dataclass  # novermin
+from typing import Optional, Union
+
+from workloads.common.result import Cell
+
+# Bump when a field changes meaning, so that an image older than the host says so plainly.
+CELL_DOCUMENT_VERSION = 1
+
+
+class CellDocumentError(ValueError):
+    """A cell document this version of the workloads cannot read."""
+
+
+@dataclass
+class CellRequest:
+    """One cell and how to run it: the Cell, plus where things are as the workload sees them."""
+
+    cell: Cell
+    device: str = "auto"  # cpu, cuda, or auto (CUDA when the framework sees a GPU)
+    data_dir: Optional[str] = None  # the dataset folder; None: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data
+    out: Optional[str] = None  # the JSON result; None: $ROSETTA_RESULTS_DIR/<cell key>.json
+    parity: Optional[str] = None  # parity check instead of the benchmark: the canonical files' folder
+    export_onnx: Optional[str] = None  # with parity: export the model to ONNX into this folder
+    onnx_model: Optional[str] = None  # the exported ONNX model an inference engine runs
+
+    def to_json(self) -> str:
+        document = {"version": CELL_DOCUMENT_VERSION}
+        document.update(dataclasses.asdict(self))
+        return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "CellRequest":
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            raise CellDocumentError(f"not JSON ({error})") from None
+        if not isinstance(document, dict):
+            raise CellDocumentError("not a JSON object")
+        version = document.pop("version", None)
+        if version != CELL_DOCUMENT_VERSION:
+            raise CellDocumentError(f"cell document version {version!r}, this workload reads version "
+                                    f"{CELL_DOCUMENT_VERSION}; the image and the host are out of step: rebuild it")
+        cell = document.pop("cell", None)
+        if not isinstance(cell, dict):
+            raise CellDocumentError("no 'cell' object")
+        return cls(cell=Cell(**_checked(Cell, cell)), **_checked(cls, document, skip=("cell",)))
+
+    def write(self, path: Union[str, os.PathLike]) -> None:
+        with open(path, "w") as stream:
+            stream.write(self.to_json())
+
+    @classmethod
+    def read(cls, path: Union[str, os.PathLike]) -> "CellRequest":
+        try:
+            with open(path) as stream:
+                text = stream.read()
+        except OSError as error:
+            raise CellDocumentError(f"cannot read it ({error.strerror or error})") from None
+        return cls.from_json(text)
+
+
+def _checked(kind, values: dict, skip=()) -> dict:
+    """``values`` if its keys are exactly ``kind``'s fields (those without a default required) and
+    each value has the field's type; a CellDocumentError naming the first problem otherwise."""
+    fields = {field.name: field for field in dataclasses.fields(kind) if field.name not in skip}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise CellDocumentError(f"unknown field {unknown[0]!r} in {kind.__name__}")
+    for name, field in fields.items():
+        if name not in values:
+            if field.default is dataclasses.MISSING:
+                raise CellDocumentError(f"{kind.__name__} lacks {name!r}")
+            continue
+        value = values[name]
+        expected = int if field.type is int else str
+        optional = field.type is not int and field.type is not str  # Optional[str]
+        if not (isinstance(value, expected) and not isinstance(value, bool)) and not (optional and value is None):
+            raise CellDocumentError(f"{kind.__name__}.{name} is {value!r}, not a {expected.__name__}")
+    return values

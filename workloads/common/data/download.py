@@ -1,0 +1,89 @@
+"""Fetching a published archive: use the verified copy in the data dir, else download and verify it."""
+import http.client
+import os
+import pathlib
+import tempfile
+import urllib.request
+from typing import Optional, Union
+
+from .checksum import CHUNK_BYTES, new_hasher, verify_present_file, write_stamp
+from .errors import DataError, describe, one_line
+from .files import make_shareable, remove_quietly
+from .progress import ProgressCallback, TextProgressBar
+from .published import RemoteFile
+
+DOWNLOAD_TIMEOUT_S = 60
+
+
+def fetch(remote: RemoteFile, data_dir: Union[str, os.PathLike], *, offline: bool = False,
+          progress: Optional[ProgressCallback] = None) -> pathlib.Path:
+    """Return ``data_dir/remote.filename``, verified against its checksum, downloading it if absent."""
+    data_dir = pathlib.Path(data_dir)
+    target = data_dir / remote.filename
+    if target.is_file():
+        verify_present_file(remote, target)
+        return target
+    offline = offline or os.environ.get("ROSETTA_OFFLINE", "").strip().lower() in ("1", "true", "yes")
+    if offline:
+        raise _cannot_download(remote, data_dir, "offline mode")
+    _download(remote, data_dir, target, progress)
+    return target
+
+
+def _cannot_download(remote: RemoteFile, data_dir: pathlib.Path, reason: str) -> DataError:
+    return DataError(f"{remote.name}: {remote.filename} is not in {data_dir} and cannot be downloaded from "
+                     f"{remote.url} ({one_line(reason)}); put the file there, or run with --data synthetic")
+
+
+def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
+              progress: Optional[ProgressCallback]) -> None:
+    """Stream the file to a temp name beside the target, hashing as it comes, then rename it."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        handle, temp_name = tempfile.mkstemp(prefix=f".{remote.filename}.part-", dir=data_dir)
+    except OSError as error:
+        raise _cannot_download(remote, data_dir, f"cannot write there: {error}") from None
+    temp_path = pathlib.Path(temp_name)
+    report = progress or TextProgressBar(f"{remote.name}: downloading {remote.filename}")
+    hasher = new_hasher(remote.algorithm)
+    received = 0
+    try:
+        with os.fdopen(handle, "wb") as output:
+            try:
+                with urllib.request.urlopen(remote.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+                    total = _content_length(response)
+                    report(0, total)
+                    while True:
+                        chunk = response.read(CHUNK_BYTES)
+                        if not chunk:
+                            break
+                        output.write(chunk)
+                        hasher.update(chunk)
+                        received += len(chunk)
+                        report(received, total)
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                # URLError and HTTPError are OSErrors; a bad URL is a ValueError.
+                raise _cannot_download(remote, data_dir, describe(error)) from None
+        if total is not None and received != total:
+            raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} was cut short "
+                            f"({received} of {total} bytes); run again to retry, or put the file in {data_dir}")
+        got = hasher.hexdigest()
+        if got != remote.digest.lower():
+            raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} is corrupt "
+                            f"({remote.algorithm} expected {remote.digest}, got {got}); run again to retry, "
+                            f"or put a good copy in {data_dir}")
+        make_shareable(temp_path)
+        os.replace(temp_path, target)
+    except BaseException:
+        # Whatever went wrong (Ctrl-C included), leave nothing half-written in the cache.
+        remove_quietly(temp_path)
+        raise
+    write_stamp(remote, target)
+
+
+def _content_length(response) -> Optional[int]:
+    value = response.headers.get("Content-Length") if getattr(response, "headers", None) is not None else None
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

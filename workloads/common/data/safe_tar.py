@@ -1,0 +1,53 @@
+"""Reading members of a tar archive in one streaming pass, refusing any member that is unsafe.
+
+Nothing is extracted to disk: the wanted members come back as bytes.
+"""
+import pathlib
+import tarfile
+import zlib
+
+from .errors import DataError, describe
+from .published import RemoteFile
+
+
+def read_tar_members(remote: RemoteFile, archive: pathlib.Path, wanted: set) -> dict:
+    """One streaming pass over the archive: validate every member, keep the bytes of the wanted ones."""
+    contents = {}
+    try:
+        with tarfile.open(archive, mode="r|*") as tar:
+            for member in tar:
+                _check_member_is_safe(remote, archive, member)
+                if member.isfile() and _normalised_member_name(member.name) in wanted:
+                    contents[_normalised_member_name(member.name)] = tar.extractfile(member).read()
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+        raise DataError(f"{remote.name}: {archive} is not a readable tar archive ({describe(error)}); "
+                        f"delete it and run again to download it afresh") from None
+    missing = sorted(wanted - set(contents))
+    if missing:
+        raise DataError(f"{remote.name}: {archive} lacks {', '.join(missing)}; "
+                        f"delete it and run again to download it afresh")
+    return contents
+
+
+def _normalised_member_name(name: str) -> str:
+    return name[2:] if name.startswith("./") else name
+
+
+def _check_member_is_safe(remote: RemoteFile, archive: pathlib.Path, member: tarfile.TarInfo) -> None:
+    """Refuse anything that could escape a folder or is not a plain file or folder."""
+    name = member.name
+    parts = name.replace("\\", "/").split("/")
+    problem = None
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        problem = "absolute path"
+    elif ".." in parts:
+        problem = "'..' in its path"
+    elif member.issym() or member.islnk():
+        problem = "link"
+    elif member.ischr() or member.isblk() or member.isfifo():
+        problem = "device or pipe"
+    elif not (member.isfile() or member.isdir()):
+        problem = "not a regular file or folder"
+    if problem:
+        raise DataError(f"{remote.name}: unsafe archive member {name!r} ({problem}) in {archive}; "
+                        f"refusing to read it: delete the file and download the original archive")
