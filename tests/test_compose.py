@@ -19,7 +19,8 @@ def test_one_service_per_framework_running_its_default_image():
     for name, framework in registry.items():
         tag = images.image_tag(framework, framework.variants[framework.default_variant])
         assert services[name]["image"] == "${ROSETTA_REGISTRY:-}" + tag
-        assert services[name]["network_mode"] == "none" and services[name]["read_only"]
+        assert services[name]["network_mode"] == "none" and services[name]["cap_drop"] == ["ALL"]
+        assert services[name]["read_only"] and services[name]["user"].startswith("${ROSETTA_UID")
 
 
 def parse(*argv):
