@@ -49,6 +49,7 @@ class Framework:
     package: str | None = None  # the pinned package whose version names the image tag
     runtime: str | None = None  # workloads/runtime/<runtime>.py, when shared (mxnet-module uses mxnet's)
     notes: str = ""
+    image: dict = field(default_factory=dict)  # metadata.toml's [image] table (orchestrator/dockerfiles.py)
     extra: dict = field(default_factory=dict)
 
     def not_applicable(self) -> dict[str, str]:
@@ -89,12 +90,12 @@ def load_framework(folder: Path) -> Framework:
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))
-    known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime"}
+    known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime", "image"}
     return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
                      variants=variants, default_variant=default_variant,
                      workloads=implemented_workloads(folder.name), python=metadata.get("python"),
                      package=metadata.get("package"), runtime=metadata.get("runtime"),
-                     notes=metadata.get("notes", ""),
+                     notes=metadata.get("notes", ""), image=metadata.get("image", {}),
                      extra={k: v for k, v in metadata.items() if k not in known})
 
 

@@ -1,9 +1,9 @@
 """Per-framework images: tags, build contexts assembled in memory, build, pull and push.
 
-A build context holds only what its image needs (the Dockerfile, the variant's pinned
-requirements, an optional CA bundle and local wheels, the common workload code and that
-framework's own files) and is written with fixed tar metadata, so the same inputs give the same
-bytes and Docker's layer cache keeps working.
+A build context holds only what its image needs (the Dockerfile rendered by dockerfiles.py, the
+variant's pinned requirements and build constraints, an optional CA bundle and local wheels, the
+common workload code and that framework's own files) and is written with fixed tar metadata, so the
+same inputs give the same bytes and Docker's layer cache keeps working.
 """
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from orchestrator import __version__, host
+from orchestrator import __version__, dockerfiles, host
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.naming import module_name
 
 LABEL = "io.rosetta-bench"
-DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 LOCAL_BASE_SCRIPT = "images/base/make-local-base.sh"
 Log = Callable[[str], None]
 
@@ -78,23 +77,22 @@ def image_tag(framework: Framework, variant: Variant, registry: str | None = Non
 
 
 def base_image(variant: Variant, options: BuildOptions) -> str:
-    return options.base_image or variant.base_image or DEFAULT_BASE_IMAGE
+    return options.base_image or dockerfiles.variant_base(variant)
 
 
 # --- build context --------------------------------------------------------------------------------
 
 def context_files(framework: Framework, variant: Variant, options: BuildOptions) -> dict[str, Path | bytes]:
     """Archive name -> source file (or bytes), for exactly what this image needs."""
-    dockerfile = framework.folder / "Dockerfile"
-    if not dockerfile.is_file():
-        raise UserError(f"{dockerfile} is missing: every framework image needs one (see images/pytorch/)")
     files: dict[str, Path | bytes] = {
-        "Dockerfile": dockerfile,
+        "Dockerfile": dockerfiles.render(framework).encode(),
         "build/requirements.txt": variant.requirements,
         # an empty bundle means "pip's default"; the file always exists so the Dockerfile stays simple
         "build/ca-bundle.crt": options.ca_bundle if options.ca_bundle else b"",
         "build/wheels/README": b"local wheels offered to pip (--wheelhouse)\n",
     }
+    if dockerfiles.has_build_constraints(framework):  # empty for a variant without: the Dockerfile tests -s
+        files[dockerfiles.CONSTRAINTS_FILE] = variant.build_constraints or b""
     for wheel in _matching_wheels(variant, options.wheelhouse):
         files[f"build/wheels/{wheel.name}"] = wheel
     module = module_name(framework.name)
@@ -165,7 +163,7 @@ def dry_run(framework: Framework, variant: Variant, options: BuildOptions) -> st
     lines = [f"# image: {image_tag(framework, variant, options.registry)}",
              f"# build argument BASE_IMAGE={base_image(variant, options)}"]
     lines += [f"# label {key}={value}" for key, value in image_labels(framework, variant).items()]
-    lines += ["", (framework.folder / "Dockerfile").read_text().rstrip(), "", "# build context:"]
+    lines += ["", files["Dockerfile"].decode().rstrip(), "", "# build context:"]
     for name in sorted(files):
         source = files[name]
         size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size

@@ -7,7 +7,7 @@ CNTK 2.7 has wheels for Python <= 3.6, so the host's tests cannot import it. Wha
   cuDNN and Keras 2.2 compute (written out here from their documented formulas);
 - the files those images hold parse as Python 3.6.
 With a Python 3.6 that has the cpu requirements (ROSETTA_CNTK_PYTHON, and OpenMPI on
-LD_LIBRARY_PATH, see images/cntk/Dockerfile) the last test also runs the real thing.
+LD_LIBRARY_PATH, see images/cntk/Dockerfile.j2) the last test also runs the real thing.
 """
 import ast
 import os

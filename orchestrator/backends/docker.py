@@ -36,7 +36,7 @@ CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
 SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
-# The images' non-root user (images/<fw>/Dockerfile: useradd --uid 10001, HOME=/home/rosetta).
+# The images' non-root user (images/Dockerfile.j2: useradd --uid 10001, HOME=/home/rosetta).
 CONTAINER_UID = 10001
 CONTAINER_HOME = "/home/rosetta"
 DATA_MOUNT = "/data"
