@@ -22,6 +22,7 @@ from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.naming import module_name
 
 LABEL = "io.rosetta-bench"
+SOURCES_LABEL = f"{LABEL}.sources-sha256"  # value: sources_hash() of what the image was built from
 LOCAL_BASE_SCRIPT = "images/base/make-local-base.sh"
 Log = Callable[[str], None]
 
@@ -143,6 +144,19 @@ def requirements_hash(variant: Variant) -> str:
     return hashlib.sha256(variant.requirements.read_bytes()).hexdigest()
 
 
+def sources_hash(framework: Framework, variant: Variant) -> str:
+    """What an image runs, as one digest: its rendered Dockerfile and the workload sources it holds.
+    An image labelled with another digest was built from other sources than the ones here."""
+    digest = hashlib.sha256()
+    files = context_files(framework, variant, BuildOptions())
+    for name in sorted(name for name in files if name == "Dockerfile" or name.startswith("workloads/")):
+        content = files[name]
+        digest.update(name.encode() + b"\0")
+        digest.update(content if isinstance(content, bytes) else content.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
     return {
         "org.opencontainers.image.title": f"Rosetta Bench {framework.display_name} ({variant.name})",
@@ -154,6 +168,7 @@ def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
         f"{LABEL}.device": variant.device,
         f"{LABEL}.cuda": variant.cuda or ("from the wheel" if variant.device == "cuda" else "none"),
         f"{LABEL}.requirements-sha256": requirements_hash(variant),
+        SOURCES_LABEL: sources_hash(framework, variant),
     }
 
 
@@ -231,10 +246,18 @@ def ensure_image(client, framework: Framework, variant: Variant, options: BuildO
 
     tag = image_tag(framework, variant, options.registry)
     try:
-        client.images.get(tag)
-        return tag
+        existing = client.images.get(tag)
     except docker.errors.ImageNotFound:
-        pass
+        existing = None
+    if existing is not None:
+        built_from = (existing.labels or {}).get(SOURCES_LABEL)
+        if built_from == sources_hash(framework, variant):
+            return tag
+        if pull:  # a pulled image is what it is: say so rather than replace it behind the user's back
+            log(f"warning: {tag} was built from other workload sources than this checkout's; its cells run "
+                f"those (rebuild with `python -m orchestrator build {framework.name} --variant {variant.name}`)")
+            return tag
+        log(f"{tag} was built from other workload sources than this checkout's: rebuilding it")
     if pull:
         pull_image(client, tag, log=log)
     else:

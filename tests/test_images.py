@@ -292,3 +292,49 @@ def test_every_image_runs_its_workload_files_on_the_python_its_variant_declares(
             completed = subprocess.run(command, capture_output=True, text=True)
             assert completed.returncode == 0, f"{framework.name} ({target}):\n{completed.stdout[-3000:]}"
     assert ("chainer", "3.8") in checked and vermin
+
+
+class _FakeImages:
+    """The part of the Docker SDK's client.images that ensure_image uses."""
+
+    def __init__(self, labels: dict | None):
+        self.labels = labels
+
+    def get(self, tag):
+        import docker
+
+        if self.labels is None:
+            raise docker.errors.ImageNotFound(tag)
+        return type("Image", (), {"labels": self.labels, "id": "sha256:fake"})()
+
+
+@pytest.mark.parametrize("built_from, pull, expected", [
+    ("current", False, []),  # built from these sources: used as it is
+    ("other", False, ["build"]),  # built from other workload sources: rebuilt, said in one line
+    ("other", True, []),  # pulled: kept, with a warning naming the rebuild
+    (None, False, ["build"]),  # not there: built
+])
+def test_an_image_built_from_other_workload_sources_is_rebuilt(monkeypatch, built_from, pull, expected):
+    framework = frameworks.discover()["pytorch"]
+    variant = framework.variant("cpu")
+    labels = None if built_from is None else {
+        images.SOURCES_LABEL: images.sources_hash(framework, variant) if built_from == "current" else "0" * 64}
+    client = type("Client", (), {"images": _FakeImages(labels)})()
+    calls, messages = [], []
+    monkeypatch.setattr(images, "build", lambda *args, **kwargs: calls.append("build"))
+    monkeypatch.setattr(images, "pull_image", lambda *args, **kwargs: calls.append("pull"))
+    tag = images.ensure_image(client, framework, variant, images.BuildOptions(), pull=pull, log=messages.append)
+    assert tag == images.image_tag(framework, variant) and calls == expected
+    if built_from == "other":
+        assert len(messages) == 1 and "other workload sources" in messages[0]
+
+
+def test_the_sources_digest_follows_the_workload_files(monkeypatch):
+    framework = frameworks.discover()["pytorch"]
+    variant = framework.variant("cpu")
+    before = images.sources_hash(framework, variant)
+    files = images.context_files(framework, variant, images.BuildOptions())
+    changed = dict(files, **{"workloads/cnn/pytorch.py": b"# another source\n"})
+    monkeypatch.setattr(images, "context_files", lambda *args, **kwargs: changed)
+    assert images.sources_hash(framework, variant) != before
+    assert images.image_labels(framework, variant)[images.SOURCES_LABEL] == images.sources_hash(framework, variant)
