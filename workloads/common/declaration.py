@@ -7,7 +7,7 @@ derived from it; see workloads/ADDING_A_WORKLOAD.md.
 """
 import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
 import importlib
-from dataclasses import dataclass, field  # novermin
+from dataclasses import dataclass  # novermin
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
