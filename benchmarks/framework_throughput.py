@@ -1,5 +1,5 @@
-"""Print each framework's CPU throughput per workload: steady-state samples/s for the training
-workloads (the first, compiling step left out), images/s for ResNet-50 inference.
+"""Print each framework's CPU throughput per workload: the steady rate its declaration names (training:
+the first, compiling step left out), else its throughput (inference: images/s).
 
     python benchmarks/framework_throughput.py [--frameworks pytorch,keras-jax] [--repeat 1]
 
@@ -21,8 +21,12 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator import frameworks  # noqa: E402
 from orchestrator.results import load_results  # noqa: E402
+from workloads.common import declaration  # noqa: E402
 
-WORKLOADS = ("cnn", "resnet50", "gru")
+
+def rate(workload: declaration.Workload) -> declaration.Metric:
+    """The figure compared: the steady rate where the workload declares one, else its throughput."""
+    return workload.metric(workload.steady or workload.throughput)
 
 
 def main() -> int:
@@ -36,17 +40,17 @@ def main() -> int:
                    "--repeat", str(args.repeat), "--results-dir", folder, "--no-report"]
         subprocess.run(command, cwd=ROOT, check=False)
         results = load_results(Path(folder))
+    workloads = declaration.declared()
     figures: dict[tuple[str, str], list[float]] = defaultdict(list)
     for result in results:
-        if result.status == "ok":
-            metrics = result.metrics
-            value = metrics.images_per_s if result.cell.workload == "resnet50" else metrics.steady_samples_per_s
+        if result.status == "ok" and result.cell.workload in workloads:
+            value = rate(workloads[result.cell.workload]).value(result)
             if value is not None:
                 figures[(result.cell.framework, result.cell.workload)].append(value)
     names = sorted({framework for framework, _ in figures})
-    print(f"\n{'framework':<14}" + "".join(f"{w + (' img/s' if w == 'resnet50' else ' samples/s'):>22}" for w in WORKLOADS))
+    print(f"\n{'framework':<14}" + "".join(f"{name + ' ' + rate(w).unit:>22}" for name, w in workloads.items()))
     for name in names:
-        cells = [figures.get((name, w)) for w in WORKLOADS]
+        cells = [figures.get((name, w)) for w in workloads]
         print(f"{name:<14}" + "".join(f"{statistics.median(c):>22.1f}" if c else f"{'-':>22}" for c in cells))
     print("\nmedian over repeats; CPU, smoke profile, steady state (training: after the first step)")
     return 0

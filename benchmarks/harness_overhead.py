@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.results import load_results  # noqa: E402
+from workloads.common.hyperparams import WORKLOADS  # noqa: E402
 
 TARGET_OVERHEAD_S = 1.0
 
@@ -26,7 +27,7 @@ TARGET_OVERHEAD_S = 1.0
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frameworks", default="pytorch")
-    parser.add_argument("--workloads", default="cnn,resnet50,gru")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--python", help="an interpreter with the framework (skips building environments)")
     args = parser.parse_args()

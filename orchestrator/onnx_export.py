@@ -1,13 +1,14 @@
-"""The model an inference engine runs: PyTorch's ResNet-50 on the canonical weights, exported to ONNX once.
+"""The model an inference engine runs: PyTorch's model on the canonical weights, exported to ONNX once.
 
 ONNX Runtime runs a graph that another framework defined. A framework whose metadata.toml says
-`model_source = "pytorch-onnx-export"` gets PyTorch's model, exported by the workload entry point
-(a cell document with `parity` and `export_onnx`; by hand, `python -m workloads resnet50 --framework
-pytorch --parity DIR --export-onnx OUT`) in PyTorch's own
-environment on the backend in use: its virtual environment locally, its image under Docker. The
-export is cached in the dataset folder, which containers already see (read-only, at /data):
+`model_source = "pytorch-onnx-export"` gets PyTorch's model of each workload it runs (the ones it
+has a `workloads/<workload>/<framework>.py` for: today ResNet-50 only), exported by the workload
+entry point (a cell document with `parity` and `export_onnx`; by hand, `python -m workloads
+<workload> --framework pytorch --parity DIR --export-onnx OUT`) in PyTorch's own environment on the
+backend in use: its virtual environment locally, its image under Docker. The export is cached in
+the dataset folder, which containers already see (read-only, at /data):
 
-    <data dir>/onnx/resnet50-<canonical weights sha256[:16]>-<PyTorch requirements sha256[:8]>/
+    <data dir>/onnx/<workload>-<canonical weights sha256[:16]>-<PyTorch requirements sha256[:8]>/
         model.onnx, model.onnx.data, export.json
 
 keyed by the canonical weights' identity and by the environment that exports them, checked
@@ -34,7 +35,6 @@ from workloads.common.result import Cell, Result, write_json_atomic
 
 MODEL_SOURCE = "pytorch-onnx-export"  # metadata.toml: model_source
 EXPORTER = "pytorch"  # the framework whose environment exports the model
-WORKLOAD = "resnet50"  # the one workload exported
 FOLDER = "onnx"  # under the data dir
 MODEL_FILES = ("model.onnx", "model.onnx.data")
 
@@ -79,48 +79,52 @@ def valid_export(folder: Path) -> dict | None:
 class ModelSources:
     """Per cell that needs an exported model: its folder (relative to the data dir) or why there is none."""
 
-    folders: dict[str, str] = field(default_factory=dict)  # framework -> folder
-    problems: dict[str, str] = field(default_factory=dict)  # framework -> one-line reason
+    folders: dict[tuple[str, str], str] = field(default_factory=dict)  # (framework, workload) -> folder
+    problems: dict[tuple[str, str], str] = field(default_factory=dict)  # (framework, workload) -> reason
 
     def folder(self, cell: Cell) -> str | None:
-        return self.folders.get(cell.framework) if cell.workload == WORKLOAD else None
+        return self.folders.get((cell.framework, cell.workload))
 
     def problem(self, cell: Cell) -> str | None:
-        return self.problems.get(cell.framework) if cell.workload == WORKLOAD else None
+        return self.problems.get((cell.framework, cell.workload))
 
 
 def prepare(cells: list[Cell], backend, frameworks: dict, *, data_dir: Path, results_dir: Path,
             timeout: float | None, git_revision: str | None, log: Callable[[str], None]) -> ModelSources:
-    """Export the model once, before the cells that need it run (or find it cached). A failed export
-    fails those cells with its reason; the rest of the matrix still runs."""
+    """Export each workload's model once, before the cells that need it run (or find it cached). A
+    failed export fails those cells with its reason; the rest of the matrix still runs."""
     sources = ModelSources()
-    users = sorted({cell.framework for cell in cells if cell.workload == WORKLOAD
-                    and needs_export(frameworks[cell.framework])
-                    and not backend.unsupported_reason(cell, frameworks[cell.framework].variant(cell.variant))})
-    if not users:
-        return sources
-    folder, problem = _ensure(backend, frameworks, data_dir=Path(data_dir), results_dir=Path(results_dir),
-                              timeout=timeout, git_revision=git_revision, log=log)
-    for name in users:
-        if problem:
-            sources.problems[name] = problem
-        else:
-            sources.folders[name] = folder
+    users: dict[str, set[str]] = {}  # workload -> the frameworks whose cells run its exported model
+    for cell in cells:
+        framework = frameworks[cell.framework]
+        if (needs_export(framework) and cell.workload in framework.workloads
+                and not backend.unsupported_reason(cell, framework.variant(cell.variant))):
+            users.setdefault(cell.workload, set()).add(cell.framework)
+    for workload in sorted(users):
+        folder, problem = _ensure(workload, backend, frameworks, data_dir=Path(data_dir),
+                                  results_dir=Path(results_dir), timeout=timeout, git_revision=git_revision,
+                                  log=log)
+        for name in sorted(users[workload]):
+            if problem:
+                sources.problems[(name, workload)] = problem
+            else:
+                sources.folders[(name, workload)] = folder
     return sources
 
 
-def _ensure(backend, frameworks: dict, *, data_dir: Path, results_dir: Path, timeout: float | None,
-            git_revision: str | None, log: Callable[[str], None]) -> tuple[str | None, str | None]:
+def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results_dir: Path,
+            timeout: float | None, git_revision: str | None,
+            log: Callable[[str], None]) -> tuple[str | None, str | None]:
     from orchestrator.backends import CellJob
 
     if EXPORTER not in frameworks:
         return None, f"no {EXPORTER} framework registered (images/{EXPORTER}/) to export the ONNX model"
     pytorch = frameworks[EXPORTER]
     variant = pytorch.variant(pytorch.default_variant)
-    params = canonical.parameters(WORKLOAD)
+    params = canonical.parameters(workload)
     weights = weights_digest(params)
     environment = hashlib.sha256(variant.requirements.read_bytes()).hexdigest()
-    name = f"{WORKLOAD}-{weights[:16]}-{environment[:8]}"
+    name = f"{workload}-{weights[:16]}-{environment[:8]}"
     final = data_dir / FOLDER / name
     relative = f"{FOLDER}/{name}"
     if final.is_dir():
@@ -130,7 +134,7 @@ def _ensure(backend, frameworks: dict, *, data_dir: Path, results_dir: Path, tim
         log(f"ONNX model: {final} is incomplete or does not match its export.json; exporting it again")
         shutil.rmtree(final)
 
-    cell = Cell(framework=EXPORTER, workload=WORKLOAD, variant=variant.name, precision="fp32", profile="full",
+    cell = Cell(framework=EXPORTER, workload=workload, variant=variant.name, precision="fp32", profile="full",
                 data="synthetic")
     where = f"{EXPORTER}/{variant.name} on the {backend.name} backend"
     if reason := backend.unsupported_reason(cell, variant):
@@ -138,12 +142,12 @@ def _ensure(backend, frameworks: dict, *, data_dir: Path, results_dir: Path, tim
     incoming = data_dir / FOLDER / f".incoming-{name}-{uuid.uuid4().hex[:8]}"
     (incoming / "canonical").mkdir(parents=True)
     incoming.chmod(0o777)  # a container's user (not us) writes the export here
-    canonical.write(incoming / "canonical", WORKLOAD)
+    canonical.write(incoming / "canonical", workload)
     log_path = (results_dir / "logs" / "onnx-export.log").resolve()
     job = CellJob(cell=cell, device="cpu", work_dir=(results_dir / ".work" / "onnx-export").resolve(),
                   log_path=log_path, data_dir=data_dir.resolve(), timeout=timeout, git_revision=git_revision,
                   parity=f"{FOLDER}/{incoming.name}/canonical", export_dir=incoming.resolve())
-    log(f"ONNX model: exporting PyTorch's {WORKLOAD} in {where} (once; cached in {final})")
+    log(f"ONNX model: exporting PyTorch's {workload} in {where} (once; cached in {final})")
     start = time.perf_counter()
     try:
         result = backend.run_cell(job)

@@ -12,12 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import UserError
+from workloads.common import declaration
 from workloads.common.result import STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
 
 CELLS_FOLDER = "cells"
-
-# The figure each workload is ranked by; all are seconds, lower is better.
-PRIMARY_METRIC = {"cnn": "train_time_s", "resnet50": "seconds_per_1000_images", "gru": "train_time_s"}
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
 REFERENCE_CSV = REFERENCE_DIR / "original-study-2018.csv"
@@ -79,8 +77,19 @@ def _check_shape(result: Result, path: Path) -> None:
                           f"{', '.join(STATUSES)}")
 
 
+def derived_metrics() -> dict[str, dict[str, declaration.Metric]]:
+    """Per workload, its declared metrics that are derived from the record rather than stored in it."""
+    return {name: {metric.name: metric for metric in workload.metrics if metric.derive is not None}
+            for name, workload in declaration.declared().items()}
+
+
 def to_frame(results: list[Result]) -> pd.DataFrame:
-    """One row per result (one repeat of one cell), nested record flattened into columns."""
+    """One row per result (one repeat of one cell), nested record flattened into columns.
+
+    A declared metric that is derived (workloads/common/declaration.py: ``Metric.derive``) gets a
+    column of its own, filled in for the ok results of its workload."""
+    derived = derived_metrics()
+    derived_columns = list(dict.fromkeys(name for metrics in derived.values() for name in metrics))
     rows = []
     for result in results:
         row = {name: getattr(result.cell, name) for name in CELL_COLUMNS}
@@ -92,10 +101,12 @@ def to_frame(results: list[Result]) -> pd.DataFrame:
         row["wall_time_s"] = result.wall_time_s
         row["key"] = result.cell.key
         row["matched"] = result.provenance.extras.get("matched") or None
+        if result.status == "ok":
+            row.update({name: metric.value(result) for name, metric in derived.get(result.cell.workload, {}).items()})
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS) + derived_columns)
     # Columns that are None in every row would otherwise stay "object" and break the medians.
-    numeric = [name for name in METRIC_COLUMNS if name != "parameter_count"] + ["wall_time_s"]
+    numeric = [name for name in METRIC_COLUMNS if name != "parameter_count"] + ["wall_time_s"] + derived_columns
     frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
     frame["parameter_count"] = pd.to_numeric(frame["parameter_count"], errors="coerce").astype("Int64")
     frame["repeat"] = pd.to_numeric(frame["repeat"], errors="coerce").astype("Int64")

@@ -22,13 +22,10 @@ from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import cell_path
-from workloads.common import data, hyperparams
+from workloads.common import data, declaration
 from workloads.common.result import Cell, Result, write_json_atomic
 
 RESULTS_ROOT = Path("results")
-_DATASETS = {"cnn": "cifar10", "gru": "imdb"}  # the workloads that read a downloaded dataset
-_HEADLINE = {"cnn": ("train_time_s", "s train"), "gru": ("train_time_s", "s train"),
-             "resnet50": ("seconds_per_1000_images", "s / 1000 images")}
 
 
 class Interrupted(UserError):
@@ -126,10 +123,12 @@ def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, 
     """Download and cache each real dataset once, before any cell starts (containers have no
     network). A dataset that cannot be had fails its cells with the reason; the rest still run."""
     errors = {}
-    needed = sorted({cell.workload for cell in cells if cell.data == "real" and cell.workload in _DATASETS})
+    needed = sorted({cell.workload for cell in cells
+                     if cell.data == "real" and declaration.get(cell.workload).dataset is not None})
     for workload in needed:
-        settings = hyperparams.settings(workload, "full")
-        with Progress(TextColumn(f"fetching {_DATASETS[workload]}"), BarColumn(), DownloadColumn(),
+        declared = declaration.get(workload)
+        settings = declared.settings_for("full")
+        with Progress(TextColumn(f"fetching {declared.dataset}"), BarColumn(), DownloadColumn(),
                       console=console, transient=True) as progress:
             task = progress.add_task("download", total=None)
 
@@ -137,7 +136,7 @@ def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, 
                 progress.update(task, completed=done, total=total)
 
             try:
-                data.prepare(_DATASETS[workload], data_dir, settings=settings, progress=report)
+                data.prepare(declared.dataset, data_dir, settings=settings, progress=report)
             except data.DataError as error:
                 errors[workload] = str(error)
                 console.print(f"[red]error:[/red] {escape(str(error))}")
@@ -152,12 +151,19 @@ def _describe(result: Result) -> str:
         return f"[{colour}]{result.status:>11}[/{colour}]  {escape(name)}: {escape(str(result.reason))}"
     if result.outputs:
         return f"[green]{'ok':>11}[/green]  {escape(name)}: outputs {', '.join(result.outputs)} recorded"
-    metric, unit = _HEADLINE[cell.workload]
-    value, accuracy = getattr(result.metrics, metric), result.metrics.test_accuracy
-    figures = [f"{value:.3f} {unit}" if value is not None else f"no {metric}"]
+    headline = declaration.get(cell.workload).headline_metric
+    value, accuracy = headline.value(result), result.metrics.test_accuracy
+    figures = [_quantity(value, headline) if value is not None else f"no {headline.label}"]
     if accuracy is not None:
         figures.append(f"accuracy {accuracy:.3f}")
     return f"[green]{'ok':>11}[/green]  {escape(name)}: {', '.join(figures)}"
+
+
+def _quantity(value: float, metric: declaration.Metric) -> str:
+    """"12.345 s train time", "1.234 s / 1000 images": the unit once, whether or not the label names it."""
+    if metric.heading == metric.label:  # the label names its unit, or there is none
+        return f"{value:.3f} {metric.label}"
+    return f"{value:.3f} {metric.unit} {metric.label}"
 
 
 def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], revision: str | None,

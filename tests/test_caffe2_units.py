@@ -42,7 +42,7 @@ def test_every_module_imports_without_caffe2_and_has_the_workload_sections(modul
 
 def test_cnn_blobs_compute_the_canonical_logits(modules):
     """Caffe2: conv weights (out, in, h, w) = OIHW; FC weights (out, in): y = x @ W.T + b."""
-    params, batch = canonical.cnn_parameters(), canonical.parity_batch("cnn")
+    params, batch = canonical.parameters("cnn"), canonical.parity_batch("cnn")
     arrays = modules["workloads.cnn.caffe2"].canonical_arrays(params)
     assert arrays["dense1_w"].shape == (512, 6400) and arrays["logits_w"].shape == (10, 512)
     as_canonical = {}
@@ -57,7 +57,7 @@ def test_cnn_blobs_compute_the_canonical_logits(modules):
 
 
 def test_resnet50_blobs_cover_every_canonical_array(modules):
-    params = canonical.resnet50_parameters()
+    params = canonical.parameters("resnet50")
     arrays = modules["workloads.resnet50.caffe2"].canonical_arrays(params)
     assert len(arrays) == len(params)
     assert {name.rpartition("_")[2] for name in arrays} == {"w", "s", "b", "rm", "riv"}
@@ -81,7 +81,7 @@ def caffe2_gru_step(x, h, arrays, hidden):
 
 
 def test_gru_blobs_in_caffe2s_cell_give_the_canonical_logits(modules):
-    params, batch = canonical.gru_parameters(), canonical.parity_batch("gru")
+    params, batch = canonical.parameters("gru"), canonical.parity_batch("gru")
     arrays = modules["workloads.gru.caffe2"].canonical_arrays(params)
     assert canonical.parameter_count(arrays) == hyperparams.settings("gru", "full").parameter_count
     hidden = params["gru.recurrent_kernel"].shape[0]

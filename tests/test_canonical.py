@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio
-from workloads.common import canonical, hyperparams
+from workloads.common import canonical, declaration, hyperparams
 
 
 @pytest.mark.parametrize("workload", hyperparams.WORKLOADS)
@@ -13,13 +13,13 @@ def test_deterministic_and_the_reference_size(workload):
     assert canonical.parameter_count(first) == hyperparams.settings(workload, "full").parameter_count
     assert all(a.dtype == np.float32 for a in first.values())
     batch = canonical.parity_batch(workload)
-    assert len(batch["x"]) == canonical.PARITY_BATCH[workload]
+    assert len(batch["x"]) == declaration.get(workload).parity_batch
 
 
 def test_write_and_load_round_trip_without_pickle(tmp_path):
     canonical.write(tmp_path, "gru")
     weights, batch = canonical.load(tmp_path)
-    assert np.array_equal(weights["gru.kernel"], canonical.gru_parameters()["gru.kernel"])
+    assert np.array_equal(weights["gru.kernel"], canonical.parameters("gru")["gru.kernel"])
     assert batch["x"].dtype == np.int32 and (batch["x"][:4, -20:] == 0).all()
 
 

@@ -82,7 +82,7 @@ def cudnn_gru_step(x, h, packed, inputs, hidden):
 def test_pack_cudnn_gru_round_trips_and_has_the_size_cntk_infers(modules):
     env = modules["workloads.runtime.cntk"]
     s = hyperparams.settings("gru", "full")
-    params = canonical.gru_parameters()
+    params = canonical.parameters("gru")
     names = ("gru.kernel", "gru.recurrent_kernel", "gru.input_bias", "gru.recurrent_bias")
     packed = env.pack_cudnn_gru(*(params[n] for n in names))
     # optimized_rnnstack's weight, as CNTK infers it for input 125 / hidden 100: (681, 100)
@@ -94,7 +94,7 @@ def test_pack_cudnn_gru_round_trips_and_has_the_size_cntk_infers(modules):
 
 def test_a_gru_run_on_the_packed_buffer_gives_the_canonical_logits(modules):
     env = modules["workloads.runtime.cntk"]
-    params, batch = canonical.gru_parameters(), canonical.parity_batch("gru")
+    params, batch = canonical.parameters("gru"), canonical.parity_batch("gru")
     inputs, hidden = params["gru.kernel"].shape[0], params["gru.recurrent_kernel"].shape[0]
     packed = modules["workloads.gru.cntk"].canonical_arrays(params, fused=True)["gru.packed"]
     embedded = params["embedding.embeddings"][batch["x"]].astype(np.float64)
@@ -114,7 +114,7 @@ def test_a_gru_run_on_the_packed_buffer_gives_the_canonical_logits(modules):
 
 
 def test_cntk_cpu_gru_keeps_the_canonical_arrays(modules):
-    params = canonical.gru_parameters()
+    params = canonical.parameters("gru")
     arrays = modules["workloads.gru.cntk"].canonical_arrays(params, fused=False)
     assert set(arrays) == set(params)
     for name, value in arrays.items():
@@ -124,7 +124,7 @@ def test_cntk_cpu_gru_keeps_the_canonical_arrays(modules):
 
 def test_cntk_cnn_layouts_compute_the_canonical_logits(modules):
     """CNTK: kernels (out, in, h, w) = OIHW, conv biases (out, 1, 1), dense (in, out), NCHW flatten."""
-    params, batch = canonical.cnn_parameters(), canonical.parity_batch("cnn")
+    params, batch = canonical.parameters("cnn"), canonical.parity_batch("cnn")
     arrays = modules["workloads.cnn.cntk"].canonical_arrays(params)
     assert arrays["conv1.b"].shape == (50, 1, 1) and arrays["conv1.W"].shape == (50, 3, 3, 3)
     assert arrays["dense1.W"].shape == (6400, 512)
@@ -138,7 +138,7 @@ def test_cntk_cnn_layouts_compute_the_canonical_logits(modules):
 
 @pytest.mark.parametrize("module", ["workloads.resnet50.cntk", "workloads.resnet50.keras_cntk"])
 def test_resnet50_maps_every_canonical_array(modules, module):
-    params = canonical.resnet50_parameters()
+    params = canonical.parameters("resnet50")
     arrays = modules[module].canonical_arrays(params)
     if module.endswith(".cntk"):  # "<layer>.<CNTK attribute>", arrays as they are
         attributes = {key.rpartition(".")[2] for key in arrays}
@@ -158,7 +158,7 @@ def test_resnet50_maps_every_canonical_array(modules, module):
 def test_keras2_flatten_of_channels_first_maps_needs_permuted_dense_rows(modules):
     """keras/layers/core.py (2.2.5) Flatten.call: channels_first maps are permuted to channels_last,
     then flattened; dense1's canonical (C, H, W) rows are permuted to match."""
-    params = canonical.cnn_parameters()
+    params = canonical.parameters("cnn")
     arrays = modules["workloads.cnn.keras_cntk"].canonical_arrays(params)
     maps = RNG.normal(size=(2, 100, 8, 8))
     keras_flatten = maps.transpose(0, 2, 3, 1).reshape(2, -1)
@@ -171,7 +171,7 @@ def test_keras2_flatten_of_channels_first_maps_needs_permuted_dense_rows(modules
 def test_keras2_gru_weights_give_the_canonical_step(modules):
     """keras/layers/recurrent.py (2.2.5) GRUCell.call, reset_after=True, sigmoid gates: kernel columns
     z, r, h; bias row 0 for the input, row 1 for the recurrent projection."""
-    params = canonical.gru_parameters()
+    params = canonical.parameters("gru")
     kernel, recurrent_kernel, bias = modules["workloads.gru.keras_cntk"].canonical_arrays(params)["gru"]
     assert bias.shape == (2, 300)
     x, h = RNG.normal(size=(3, 125)), RNG.normal(size=(3, 100))

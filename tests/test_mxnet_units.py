@@ -64,7 +64,7 @@ def test_gru_packed_vector_has_the_rnn_operators_size_and_round_trips():
 
 
 def test_gru_packed_vector_size_matches_the_workloads_parameter_count():
-    params = canonical.gru_parameters()
+    params = canonical.parameters("gru")
     packed = mxnet_env.gru_packed_parameters(params)
     other = sum(params[n].size for n in ("embedding.embeddings", "dense.kernel", "dense.bias"))
     assert packed.size + other == canonical.parameter_count(params) == 3_818_302

@@ -79,7 +79,7 @@ def test_xavier_uniform_fans_are_glorots_for_paddles_layouts(shape, fans):
     assert paddle_fans(shape) == fans
     s = hyperparams.settings("cnn", "full")
     conv_in, conv_out = paddle_fans((s.conv1_filters, s.image_shape[0], 3, 3))
-    assert (conv_in, conv_out) == (s.image_shape[0] * 9, s.conv1_filters * 9)  # as canonical._conv's fans
+    assert (conv_in, conv_out) == (s.image_shape[0] * 9, s.conv1_filters * 9)  # as canonical.Layers.conv's fans
 
 
 # --- optimizers ------------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_paddle_momentum_is_pytorchs_plain_momentum():
 def test_resnet50_trainable_count_leaves_the_moving_statistics_out():
     """Paddle's BatchNorm2D makes _mean/_variance parameters (trainable=False): counting every parameter
     would add two per channel; runtime/paddle.py counts the trainable ones, as canonical.parameter_count."""
-    params = canonical.resnet50_parameters()
+    params = canonical.parameters("resnet50")
     everything = sum(a.size for a in params.values())
     trainable = canonical.parameter_count(params)
     assert trainable == hyperparams.settings("resnet50", "full").parameter_count

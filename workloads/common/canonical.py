@@ -23,29 +23,28 @@ Canonical layouts (each framework converts FROM these):
       h' = (1 - z) * n + z * h          (h0 = 0)
   Keras orders gates [update, reset, new] and stacks the two biases as a (2, 3*hidden) array.
 
-Parity outputs (what ``parity()`` in each workload file returns, as float arrays):
-- cnn:      "logits" (batch, 10) in inference mode; "logits_after_training" after PARITY_STEPS
-            SGD-momentum steps on the batch with dropout OFF (inference-mode forward inside the
-            step: dropout is random and frameworks' generators differ). Two steps, because the
-            momentum variant (plain vs "unit gain", sign conventions) only shows from step two.
-- gru:      "logits" (batch, 2); "logits_after_training" after PARITY_STEPS Adam steps
-- resnet50: "features" (batch, 2048) in inference mode (batch norm on moving statistics)
-All in fp32, loss = mean softmax cross-entropy over the batch, the workload's own learning rate.
+What each workload's parameters are, what its parity batch holds and which outputs its
+``parity()`` returns are in its declaration (`workloads/<workload>/__init__.py`: ``canonical_layers``,
+``parity_batch`` / ``parity_input``, ``parity_outputs``); this module only draws the arrays.
+Parity outputs, as float arrays, in fp32:
+- a training workload: "logits" in inference mode, and "logits_after_training" after PARITY_STEPS
+  optimizer steps on the batch with dropout OFF (inference-mode forward inside the step: dropout is
+  random and frameworks' generators differ). Two steps, because an optimizer's variant (e.g. plain
+  vs "unit gain" momentum, sign conventions) only shows from step two. Loss = mean softmax
+  cross-entropy over the batch, the workload's own learning rate.
+- an inference workload: "features" in inference mode (batch norm on moving statistics).
 """
 from pathlib import Path
 from typing import Dict, Tuple, Union
 
 import numpy as np
 
-from workloads.common import hyperparams
+from workloads.common import declaration, hyperparams
 
 BN_EPSILON = 1e-5
-PARITY_BATCH = {"cnn": 8, "resnet50": 2, "gru": 8}
 PARITY_STEPS = 2
 PARITY_TOLERANCE = 1e-4  # max |a - b| / max |reference|, fp32
 WEIGHTS_FILE, BATCH_FILE = "weights.npz", "batch.npz"
-# ResNet-50 v1.5: (width, blocks, stride of the first block), as in the workload files
-RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 
 
 def _glorot(rng, shape, fan_in, fan_out) -> np.ndarray:
@@ -57,94 +56,74 @@ def _small(rng, shape, scale=0.1) -> np.ndarray:
     return rng.uniform(-scale, scale, size=shape).astype(np.float32)
 
 
-def _conv(rng, params, name, out_channels, in_channels, size, bias=True):
-    fan_in, fan_out = in_channels * size * size, out_channels * size * size
-    params[f"{name}.kernel"] = _glorot(rng, (out_channels, in_channels, size, size), fan_in, fan_out)
-    if bias:
-        params[f"{name}.bias"] = _small(rng, (out_channels,))
+class Layers:
+    """Draws canonical parameters, layer by layer, in the order a declaration names them.
 
+    A workload's declaration (``canonical_layers(layers, settings)`` in
+    `workloads/<workload>/__init__.py`) calls these methods; the random draws follow its order,
+    so the same declaration always gives the same arrays.
+    """
 
-def _dense(rng, params, name, in_features, out_features):
-    params[f"{name}.kernel"] = _glorot(rng, (in_features, out_features), in_features, out_features)
-    params[f"{name}.bias"] = _small(rng, (out_features,))
+    def __init__(self, rng):
+        self.rng = rng
+        self.arrays = {}  # type: Dict[str, np.ndarray]
 
+    def conv(self, name: str, out_channels: int, in_channels: int, size: int, bias: bool = True) -> None:
+        """``<name>.kernel`` (OIHW) and, unless ``bias=False``, ``<name>.bias``."""
+        fan_in, fan_out = in_channels * size * size, out_channels * size * size
+        self.arrays[name + ".kernel"] = _glorot(self.rng, (out_channels, in_channels, size, size), fan_in, fan_out)
+        if bias:
+            self.arrays[name + ".bias"] = _small(self.rng, (out_channels,))
 
-def _batch_norm(rng, params, name, channels, gamma_scale=1.0):
-    params[f"{name}.gamma"] = (gamma_scale * rng.uniform(0.5, 1.5, size=channels)).astype(np.float32)
-    params[f"{name}.beta"] = _small(rng, (channels,))
-    params[f"{name}.moving_mean"] = _small(rng, (channels,))
-    params[f"{name}.moving_variance"] = rng.uniform(0.5, 1.5, size=channels).astype(np.float32)
+    def dense(self, name: str, in_features: int, out_features: int) -> None:
+        """``<name>.kernel`` (in, out) and ``<name>.bias``."""
+        self.arrays[name + ".kernel"] = _glorot(self.rng, (in_features, out_features), in_features, out_features)
+        self.arrays[name + ".bias"] = _small(self.rng, (out_features,))
 
+    def batch_norm(self, name: str, channels: int, gamma_scale: float = 1.0) -> None:
+        """``<name>.gamma/.beta/.moving_mean/.moving_variance``."""
+        rng = self.rng
+        self.arrays[name + ".gamma"] = (gamma_scale * rng.uniform(0.5, 1.5, size=channels)).astype(np.float32)
+        self.arrays[name + ".beta"] = _small(rng, (channels,))
+        self.arrays[name + ".moving_mean"] = _small(rng, (channels,))
+        self.arrays[name + ".moving_variance"] = rng.uniform(0.5, 1.5, size=channels).astype(np.float32)
 
-def cnn_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
-    s = hyperparams.settings("cnn", "full")
-    rng = np.random.default_rng(seed)
-    params: Dict[str, np.ndarray] = {}
-    channels = s.image_shape[0]
-    _conv(rng, params, "conv1", s.conv1_filters, channels, 3)
-    _conv(rng, params, "conv2", s.conv1_filters, s.conv1_filters, 3)
-    _conv(rng, params, "conv3", s.conv2_filters, s.conv1_filters, 3)
-    _conv(rng, params, "conv4", s.conv2_filters, s.conv2_filters, 3)
-    _dense(rng, params, "dense1", s.conv2_filters * 8 * 8, s.dense_units)
-    _dense(rng, params, "dense2", s.dense_units, s.classes)
-    return params
+    def embedding(self, name: str, vocabulary: int, size: int, scale: float = 0.05) -> None:
+        """``<name>.embeddings`` (vocabulary, size)."""
+        self.arrays[name + ".embeddings"] = self.rng.uniform(-scale, scale, size=(vocabulary, size)).astype(np.float32)
 
-
-def resnet50_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    params: Dict[str, np.ndarray] = {}
-    _conv(rng, params, "stem.conv", 64, 3, 7, bias=False)
-    _batch_norm(rng, params, "stem.bn", 64)
-    in_channels = 64
-    for stage, (width, blocks, _) in enumerate(RESNET50_STAGES, start=1):
-        for block in range(blocks):
-            prefix = f"stage{stage}.block{block}"
-            out_channels = width * 4
-            _conv(rng, params, f"{prefix}.conv1", width, in_channels, 1, bias=False)
-            _batch_norm(rng, params, f"{prefix}.bn1", width)
-            _conv(rng, params, f"{prefix}.conv2", width, width, 3, bias=False)
-            _batch_norm(rng, params, f"{prefix}.bn2", width)
-            _conv(rng, params, f"{prefix}.conv3", out_channels, width, 1, bias=False)
-            # a small last gamma keeps 16 random residual blocks from blowing activations up
-            _batch_norm(rng, params, f"{prefix}.bn3", out_channels, gamma_scale=0.2)
-            if block == 0:
-                _conv(rng, params, f"{prefix}.shortcut.conv", out_channels, in_channels, 1, bias=False)
-                _batch_norm(rng, params, f"{prefix}.shortcut.bn", out_channels)
-            in_channels = out_channels
-    return params
-
-
-def gru_parameters(seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
-    s = hyperparams.settings("gru", "full")
-    rng = np.random.default_rng(seed)
-    hidden = s.hidden_size
-    params = {
-        "embedding.embeddings": rng.uniform(-0.05, 0.05, size=(s.vocabulary, s.embedding_size)).astype(np.float32),
-        "gru.kernel": _glorot(rng, (s.embedding_size, 3 * hidden), s.embedding_size, 3 * hidden),
-        "gru.recurrent_kernel": _glorot(rng, (hidden, 3 * hidden), hidden, 3 * hidden),
-        "gru.input_bias": _small(rng, (3 * hidden,)),
-        "gru.recurrent_bias": _small(rng, (3 * hidden,)),
-    }
-    _dense(rng, params, "dense", hidden, s.classes)
-    return params
+    def gru(self, name: str, input_size: int, hidden: int) -> None:
+        """The reset-after GRU's ``<name>.kernel/.recurrent_kernel/.input_bias/.recurrent_bias``."""
+        rng = self.rng
+        self.arrays[name + ".kernel"] = _glorot(rng, (input_size, 3 * hidden), input_size, 3 * hidden)
+        self.arrays[name + ".recurrent_kernel"] = _glorot(rng, (hidden, 3 * hidden), hidden, 3 * hidden)
+        self.arrays[name + ".input_bias"] = _small(rng, (3 * hidden,))
+        self.arrays[name + ".recurrent_bias"] = _small(rng, (3 * hidden,))
 
 
 def parameters(workload: str, seed: int = hyperparams.SEED) -> Dict[str, np.ndarray]:
-    return {"cnn": cnn_parameters, "resnet50": resnet50_parameters, "gru": gru_parameters}[workload](seed)
+    """The workload's canonical parameters, as its declaration lists its layers (full settings)."""
+    declared = declaration.get(workload)
+    if declared.canonical_layers is None:
+        raise ValueError("workload {!r} declares no canonical_layers: it has no parity check".format(workload))
+    layers = Layers(np.random.default_rng(seed))
+    declared.canonical_layers(layers, declared.settings_for("full"))
+    return layers.arrays
 
 
 def parity_batch(workload: str, seed: int = hyperparams.SEED + 1) -> Dict[str, np.ndarray]:
-    """A fixed input batch (and labels for the training workloads)."""
+    """A fixed input batch of what the declaration says it holds, with labels for a training workload."""
+    declared = declaration.get(workload)
+    s = declared.settings_for("full")
     rng = np.random.default_rng(seed)
-    size = PARITY_BATCH[workload]
-    s = hyperparams.settings(workload, "full")
-    if workload == "gru":
+    size = declared.parity_batch
+    if declared.parity_input == declaration.TOKENS:
         tokens = rng.integers(1, s.vocabulary, size=(size, s.sequence_length)).astype(np.int32)
         tokens[: size // 2, -20:] = 0  # some post-padding, as real reviews have
-        return {"x": tokens, "y": (np.arange(size) % s.classes).astype(np.int64)}
-    images = rng.uniform(0.0, 1.0, size=(size, *s.image_shape)).astype(np.float32)
-    batch = {"x": images}
-    if workload == "cnn":
+        batch = {"x": tokens}
+    else:
+        batch = {"x": rng.uniform(0.0, 1.0, size=(size,) + tuple(s.image_shape)).astype(np.float32)}
+    if declared.parity_labels:
         batch["y"] = (np.arange(size) % s.classes).astype(np.int64)
     return batch
 

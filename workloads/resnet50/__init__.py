@@ -1,7 +1,12 @@
 """The ResNet-50 workload: v1.5 feature extraction (inference), cut after the global average pool."""
 from dataclasses import dataclass  # novermin
 
-from workloads.common.declaration import HIGHER, INFERENCE, LOWER, Metric, Workload
+from workloads.common.declaration import HIGHER, IMAGES, INFERENCE, LOWER, Metric, Workload
+
+STEM_WIDTH = 64
+# ResNet-50 v1.5: (width, blocks, stride of the first block) per stage, as in the workload files
+STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+BOTTLENECK_EXPANSION = 4  # a bottleneck block's output has 4x its width
 
 
 @dataclass(frozen=True)
@@ -14,6 +19,28 @@ class ResNet50Settings:
     batches: int = 40  # 40 x 32 = 1280 images
     warmup_batches: int = 1  # one untimed warm pass over this many batches first
     parameter_count: int = 23_508_032  # without the 1000-way classifier
+
+
+def canonical_layers(layers, s: ResNet50Settings) -> None:
+    """The parity check's canonical parameters, layer by layer (workloads/common/canonical.py)."""
+    layers.conv("stem.conv", STEM_WIDTH, s.image_shape[0], 7, bias=False)
+    layers.batch_norm("stem.bn", STEM_WIDTH)
+    in_channels = STEM_WIDTH
+    for stage, (width, blocks, _) in enumerate(STAGES, start=1):
+        for block in range(blocks):
+            prefix = "stage{}.block{}".format(stage, block)
+            out_channels = width * BOTTLENECK_EXPANSION
+            layers.conv(prefix + ".conv1", width, in_channels, 1, bias=False)
+            layers.batch_norm(prefix + ".bn1", width)
+            layers.conv(prefix + ".conv2", width, width, 3, bias=False)
+            layers.batch_norm(prefix + ".bn2", width)
+            layers.conv(prefix + ".conv3", out_channels, width, 1, bias=False)
+            # a small last gamma keeps 16 random residual blocks from blowing activations up
+            layers.batch_norm(prefix + ".bn3", out_channels, gamma_scale=0.2)
+            if block == 0:
+                layers.conv(prefix + ".shortcut.conv", out_channels, in_channels, 1, bias=False)
+                layers.batch_norm(prefix + ".shortcut.bn", out_channels)
+            in_channels = out_channels
 
 
 WORKLOAD = Workload(
@@ -30,9 +57,10 @@ WORKLOAD = Workload(
     headline="seconds_per_1000_images",
     throughput="images_per_s",
     steady=None,  # the warm pass is untimed, so the timed pass is already steady
-    accuracy=False,
     dataset=None,  # random input (seed 0): weights and pixel values do not change the timing
     parity_batch=2,
+    parity_input=IMAGES,
     parity_outputs=("features",),
+    canonical_layers=canonical_layers,
     description="ResNet-50 v1.5 to the global pool (2048-D), batch 32, 40 batches after one warm pass",
 )

@@ -1,0 +1,52 @@
+"""An inline SVG bar chart of a workload's headline metric: median per configuration, min-max whiskers."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from orchestrator.report.formatting import format_relative, formatter
+from orchestrator.report.summary import SUMMARY_KEY
+from workloads.common.declaration import Workload
+
+
+def chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) -> str | None:
+    """The chart as an ``<svg>`` element, or None when no configuration has a headline figure.
+
+    Built on a bare ``Figure`` (no pyplot), so no global backend or figure registry is touched.
+    """
+    timed = summary[(summary["status"] == "ok") & summary["median"].notna()]
+    if timed.empty:
+        return None
+    headline = workload.headline_metric
+    write = formatter(headline)
+    labels = [" · ".join(str(row[name]) for name in (SUMMARY_KEY if show_profile else SUMMARY_KEY[:3]))
+              for _, row in timed.iterrows()]
+    medians = timed["median"].to_numpy(dtype=float)
+    below = (timed["median"] - timed["min"]).fillna(0).clip(lower=0).to_numpy(dtype=float)
+    above = (timed["max"] - timed["median"]).fillna(0).clip(lower=0).to_numpy(dtype=float)
+
+    figure = Figure(figsize=(7, 1.2 + 0.4 * len(timed)), layout="constrained")
+    axes = figure.add_subplot()
+    positions = list(range(len(timed)))
+    axes.barh(positions, medians, xerr=[below, above], color="#4c78a8", ecolor="#333333", capsize=3)
+    axes.set_yticks(positions, labels)
+    axes.invert_yaxis()  # best on top, as in the table
+    # labels sit past the whisker's end so that they never overlap it
+    for position, median, end, relative in zip(positions, medians, medians + above, timed["relative_to_best"]):
+        axes.annotate(f"{write(median)} ({format_relative(relative)})", (end, position),
+                      xytext=(6, 0), textcoords="offset points", va="center", fontsize=9)
+    axes.set_xlabel(f"median {headline.heading}, bars: min–max over repeats ({headline.better} is better)")
+    axes.margins(x=0.25)
+    axes.spines[["top", "right"]].set_visible(False)
+
+    buffer = io.StringIO()
+    # Real <text> elements (smaller, searchable); fixed ids and no date, so reports are reproducible;
+    # no metadata, so the SVG carries no external URIs beyond its namespaces.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"rosetta-{workload.name}"}):
+        figure.savefig(buffer, format="svg",
+                       metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE, invalid inside HTML

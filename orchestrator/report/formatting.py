@@ -1,0 +1,85 @@
+"""One figure or cell as text: "-" for anything missing, never scientific notation for timings.
+
+A declared metric is formatted by its unit (``formatter``): seconds to three significant figures,
+a fraction as a percentage, any rate as a whole number once it reaches 100.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import pandas as pd
+
+from workloads.common.declaration import Metric
+
+
+def missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def format_seconds(value) -> str:
+    """Three significant figures, never scientific notation for ordinary timings."""
+    if missing(value):
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def format_published(value) -> str:
+    """A published figure exactly as printed in the study (148, 14.1), no invented precision."""
+    return "-" if missing(value) else f"{value:g}"
+
+
+def format_rate(value) -> str:
+    return "-" if missing(value) else (f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}")
+
+
+def format_percent(value) -> str:
+    if missing(value):
+        return "-"
+    percent = value * 100
+    return f"{percent:.1f}%" if abs(percent) < 10 else f"{percent:.0f}%"
+
+
+def format_fraction(value) -> str:
+    """A fraction such as a test accuracy, as a percentage with one decimal."""
+    return "-" if missing(value) else f"{value * 100:.1f}%"
+
+
+def format_relative(value) -> str:
+    return "-" if missing(value) else f"{value:.2f}x"
+
+
+def format_count(value) -> str:
+    return "-" if missing(value) else f"{int(value):,}"
+
+
+def formatter(metric: Metric) -> Callable[[object], str]:
+    """How a declared metric's figures are written, chosen by its unit."""
+    if metric.unit == "s":
+        return format_seconds
+    if not metric.unit:
+        return format_fraction
+    return format_rate
+
+
+def column_heading(metric: Metric) -> str:
+    """A metric's column heading: its label with its unit, capitalised ("Steady samples/s")."""
+    heading = metric.heading
+    return heading[:1].upper() + heading[1:]
+
+
+def unit_heading(metric: Metric) -> str:
+    """What one figure of the metric is measured in: "s", or a label that names its unit
+    ("s / 1000 images")."""
+    return metric.label if metric.heading == metric.label and metric.unit else metric.unit
+
+
+def markdown_cell(text) -> str:
+    """A table cell must stay on one line and must not close the cell early."""
+    return " ".join(str(text).split()).replace("|", "\\|")
