@@ -7,6 +7,7 @@ from pathlib import Path
 
 from orchestrator import compose
 
+ORDER = 45  # after pull: the images it names
 HELP = "write docker-compose.yml from images/<fw>/metadata.toml (--check: exit 1 when the file differs)"
 
 
