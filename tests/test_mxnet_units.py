@@ -10,7 +10,7 @@ import numpy as np
 import numpy_reference
 
 from workloads.common import canonical
-from workloads.runtime import mxnet as mxnet_env
+from workloads.runtime import mxnet as mxnet_runtime
 
 rng = np.random.default_rng(0)
 
@@ -54,18 +54,18 @@ def mxnet_rnn_gru(packed, inputs, hidden):
 
 def test_gru_packed_vector_has_the_rnn_operators_size_and_round_trips():
     params = tiny_gru_params()
-    packed = mxnet_env.gru_packed_parameters(params)
+    packed = mxnet_runtime.gru_packed_parameters(params)
     hidden, input_size = 4, 5
     assert packed.dtype == np.float32 and packed.ndim == 1
     assert packed.size == 3 * hidden * (input_size + hidden) + 2 * 3 * hidden
-    back = mxnet_env.gru_unpack_parameters(packed, input_size, hidden)
+    back = mxnet_runtime.gru_unpack_parameters(packed, input_size, hidden)
     for name, value in back.items():
         np.testing.assert_array_equal(value, params[name])
 
 
 def test_gru_packed_vector_size_matches_the_workloads_parameter_count():
     params = canonical.parameters("gru")
-    packed = mxnet_env.gru_packed_parameters(params)
+    packed = mxnet_runtime.gru_packed_parameters(params)
     other = sum(params[n].size for n in ("embedding.embeddings", "dense.kernel", "dense.bias"))
     assert packed.size + other == canonical.parameter_count(params) == 3_818_302
 
@@ -73,7 +73,7 @@ def test_gru_packed_vector_size_matches_the_workloads_parameter_count():
 def test_gru_through_the_packed_vector_matches_the_canonical_gru():
     params = tiny_gru_params()
     tokens = rng.integers(0, 11, size=(3, 7))
-    packed = mxnet_env.gru_packed_parameters(params).astype(np.float64)
+    packed = mxnet_runtime.gru_packed_parameters(params).astype(np.float64)
     embedded = params["embedding.embeddings"][tokens.T]  # transpose to time-major (TNC), as the workloads do
     outputs = mxnet_rnn_gru(packed, embedded, hidden=4)
     logits = outputs[-1] @ canonical.dense_to_out_in(params["dense.kernel"]).T + params["dense.bias"]

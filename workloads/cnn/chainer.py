@@ -7,11 +7,10 @@ Python, `loss.backward()` builds the gradients, `optimizer.update()` applies the
 import chainer
 import chainer.functions as F
 import chainer.links as L
-import numpy as np
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import chainer as env
+from workloads.runtime import chainer as runtime
 
 MATCHED = (
     "dense kernels stored (out, in): canonical (in, out) transposed",
@@ -51,6 +50,13 @@ class VGGStyleCNN(chainer.Chain):
         return self.dense2(h)
 
 
+def make_optimizer(model, s):
+    # Chainer's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
+    optimizer = chainer.optimizers.MomentumSGD(lr=s.learning_rate, momentum=s.momentum)
+    optimizer.setup(model)
+    return optimizer
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: VGGStyleCNN, params: dict) -> None:
@@ -65,77 +71,28 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
         layer.b.array[...] = layer.xp.asarray(params[f"{name}.bias"])
 
 
-def make_train_step(model, optimizer):
-    def train_step(images, labels):
-        loss = F.softmax_cross_entropy(model(images), labels)  # mean over the batch
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss  # a Variable on the device: no host sync per step
-    return train_step
-
-
-def make_optimizer(model, s):
-    # Chainer's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
-    optimizer = chainer.optimizers.MomentumSGD(lr=s.learning_rate, momentum=s.momentum)
-    optimizer.setup(model)
-    return optimizer
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
         model = VGGStyleCNN(s)
-        model.to_device(device)
+        model.to_device(policy.device)
         optimizer = make_optimizer(model, s)
-        train_step = make_train_step(model, optimizer)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    with chainer.using_config("train", True):
-        for _ in range(s.epochs):
-            for images, labels in run.train_batches(data.x_train, data.y_train):
-                loss = train_step(env.to_device(images, device), env.to_device(labels.astype(np.int32), device))
-            run.end_epoch(float(loss.array))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = device.xp.zeros((), dtype=np.int64), 0
-        # train=False: dropout off (lesson 5); no_backprop_mode: no graph, no gradients
-        with chainer.using_config("train", False), chainer.no_backprop_mode():
-            for images, labels in run.eval_batches(data.x_test, data.y_test):
-                predictions = model(env.to_device(images, device)).array.argmax(axis=1)
-                correct += (predictions == env.to_device(labels, device)).sum()
-                total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run, device)
+    runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
     model = VGGStyleCNN(s)
-    model.to_device(device)
+    model.to_device(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    images = env.to_device(batch["x"], device)
-    labels = env.to_device(batch["y"].astype(np.int32), device)
-    # dropout off, for the steps too: dropout is random and frameworks' generators differ
-    with chainer.using_config("train", False):
-        with chainer.no_backprop_mode():
-            logits = env.to_host(model(images).array)
-        train_step = make_train_step(model, make_optimizer(model, s))
-        for _ in range(canonical.PARITY_STEPS):
-            train_step(images, labels)
-        with chainer.no_backprop_mode():
-            after = env.to_host(model(images).array)
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), F.softmax_cross_entropy, batch)

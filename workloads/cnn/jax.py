@@ -12,7 +12,7 @@ import optax
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import jax as env
+from workloads.runtime import jax as runtime
 
 MATCHED = (
     "input NCHW as every framework; the model transposes it to NHWC (Flax's layout) in the graph, "
@@ -33,7 +33,7 @@ class VGGStyleCNN(nn.Module):
     dtype: object = jnp.float32  # compute dtype; parameters stay float32
 
     @nn.compact
-    def __call__(self, images, train: bool = False):  # images: (N, C, H, W)
+    def __call__(self, images, train: bool = False):  # images: (N, C, H, W); inference by default
         s = self.s
 
         def conv(filters, name):  # padding 1 on each side: "same", as PyTorch's padding=1
@@ -46,7 +46,7 @@ class VGGStyleCNN(nn.Module):
         def pool(x):
             return nn.max_pool(x, (2, 2), strides=(2, 2))
 
-        def drop(x, rate):  # off at inference (lesson 5), and in the parity steps
+        def drop(x, rate):  # off at inference (FAIRNESS.md: eval-mode), and in the parity steps
             return nn.Dropout(rate, deterministic=not train)(x)
 
         x = jnp.transpose(images, (0, 2, 3, 1)).astype(self.dtype)  # -> NHWC
@@ -59,6 +59,11 @@ class VGGStyleCNN(nn.Module):
         x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)  # flatten in (C, H, W) order
         x = drop(nn.relu(dense(s.dense_units, "dense1")(x)), s.dropout_dense)
         return dense(s.classes, "dense2")(x).astype(jnp.float32)  # logits: softmax lives in the loss
+
+
+def init_params(model, s):
+    images = jnp.zeros((1, *s.image_shape), jnp.float32)
+    return jax.jit(model.init)(jax.random.key(runtime.SEED), images)["params"]
 
 
 def make_optimizer(s) -> optax.GradientTransformation:
@@ -90,64 +95,29 @@ def load_canonical(params: dict, canonical_params: dict) -> dict:
     return loaded
 
 
-def init_params(model, s):
-    images = jnp.zeros((1, *s.image_shape), jnp.float32)
-    return jax.jit(model.init)(jax.random.key(env.SEED), images)["params"]
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        model = VGGStyleCNN(s, dtype=env.compute_dtype(run.precision))
+        model = VGGStyleCNN(s, dtype=policy.compute_dtype)
         params = init_params(model, s)
         optimizer = make_optimizer(s)
-        state = env.init_train_state(params, optimizer, run.precision)
-        train_step = env.make_train_step(make_loss(model), optimizer, run.precision)
-    run.set_parameter_count(env.parameter_count(params))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            state, loss = train_step(state, images, labels)  # the loss stays on the device
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        @jax.jit
-        def count_correct(params, images, labels):  # train=False: dropout off (lesson 5)
-            logits = model.apply({"params": params}, images, train=False)
-            return jnp.sum(jnp.argmax(logits, axis=1) == labels)
-
-        correct, total = jnp.zeros((), jnp.int32), 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            correct = env.track(correct + count_correct(state["params"], env.to_device(images), env.to_device(labels)))
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run)
+    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
-    model = VGGStyleCNN(s)
+    policy = runtime.select_device(run)
+    model = VGGStyleCNN(s, dtype=policy.compute_dtype)
     weights = load_canonical(init_params(model, s), params)
-    run.set_parameter_count(env.parameter_count(weights))
-    forward = jax.jit(lambda p, x: model.apply({"params": p}, x, train=False))
-    logits = forward(weights, batch["x"])
-    optimizer = make_optimizer(s)
-    state = env.init_train_state(weights, optimizer, "fp32")
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    train_step = env.make_train_step(make_loss(model, dropout=False), optimizer, "fp32")
-    for _ in range(canonical.PARITY_STEPS):
-        state, _ = train_step(state, batch["x"], batch["y"])
-    after = forward(state["params"], batch["x"])
-    return {"logits": jax.device_get(logits), "logits_after_training": jax.device_get(after)}
+    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model, dropout=False),
+                                batch)

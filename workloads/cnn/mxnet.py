@@ -5,12 +5,12 @@ settings from workloads/common/hyperparams.py. Softmax is folded into the cross-
 Gluon builds the model imperatively; ``hybridize`` turns it into one cached symbolic graph.
 """
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 from mxnet.gluon import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet as runtime
 
 MATCHED = (
     "dense weights stored (out, in): canonical (in, out) transposed",
@@ -52,6 +52,11 @@ def build(s, context, dropout=True):
     return net
 
 
+def make_trainer(net, s):
+    # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
+    return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": s.learning_rate, "momentum": s.momentum})
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(net: nn.HybridSequential, params: dict) -> None:
@@ -66,66 +71,29 @@ def load_canonical(net: nn.HybridSequential, params: dict) -> None:
         layer.bias.set_data(mx.nd.array(params[f"{name}.bias"]))
 
 
-def make_trainer(net, s):
-    # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
-    return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": s.learning_rate, "momentum": s.momentum})
-
-
-def make_train_step(net, trainer, loss_function, batch_size):
-    def train_step(images, labels):
-        with autograd.record():  # train mode: dropout on
-            loss = loss_function(net(images), labels)  # per-sample losses
-        loss.backward()
-        trainer.step(batch_size)  # gradients / batch_size: the mean loss's gradient
-        return loss  # stays on the device: no host sync per step
-    return train_step
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        net = build(s, context)
-        train_step = make_train_step(net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), s.batch_size)
-    run.set_parameter_count(env.parameter_count(net.collect_params()))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(images, context), env.to_device(labels, context))
-        run.end_epoch(loss.mean().asscalar())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = mx.nd.zeros((1,), ctx=context), 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            predictions = net(env.to_device(images, context)).argmax(axis=1)  # outside record: dropout off
-            correct += (predictions == env.to_device(labels, context)).sum()
-            total += len(labels)
-    run.record_accuracy(int(correct.asscalar()), total)
+        net = build(s, policy.device)
+        trainer = make_trainer(net, s)
+    runtime.train_and_evaluate(run, policy, net, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
     # Dropout off for the steps: a model built with dropout rate 0 (Gluon's Dropout(0) is the identity).
     # Not autograd.record(train_mode=False): MXNet 1.9.1's CPU backward in predict mode returns wrong,
     # run-to-run different gradients (pooling's backward), so the steps run in train mode.
-    net = build(s, context, dropout=False)
+    net = build(s, policy.device, dropout=False)
     load_canonical(net, params)
-    run.set_parameter_count(env.parameter_count(net.collect_params()))
-    images, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
-    logits = net(images).asnumpy()
-    train_step = make_train_step(net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), len(batch["y"]))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(images, labels)
-    after = net(images).asnumpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), batch)

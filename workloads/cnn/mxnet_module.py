@@ -10,7 +10,7 @@ import mxnet as mx
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
     "dense weights stored (out, in): canonical (in, out) transposed",
@@ -67,68 +67,27 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
     module.set_params(arguments, {}, allow_missing=False, allow_extra=False)
 
 
-def make_train_step(module):
-    def train_step(images, labels):
-        module.forward_backward(mx.io.DataBatch(data=[images], label=[labels]))
-        module.update()
-        probabilities = module.get_outputs()[0]
-        return -mx.nd.log(mx.nd.pick(probabilities, labels)).mean()  # stays on the device: no host sync
-    return train_step
-
-
-def logits(module, s, images, context):
-    """A forward-only Module on the logits symbol that shares the trained Module's parameters."""
-    inference = mx.mod.Module(vgg_style_cnn(s), data_names=("data",), label_names=None, context=context)
-    inference.bind(data_shapes=[("data", images.shape)], for_training=False, shared_module=module)
-    inference.forward(mx.io.DataBatch(data=[images]), is_train=False)
-    return inference.get_outputs()[0]
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        module = build(s, context, s.batch_size)
-        train_step = make_train_step(module)
-    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(images, context), env.to_device(labels, context))
-        run.end_epoch(loss.asscalar())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = mx.nd.zeros((1,), ctx=context), 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            labels = env.to_device(labels, context)  # a smaller last batch makes the Module reshape itself
-            module.forward(mx.io.DataBatch(data=[env.to_device(images, context)], label=[labels]), is_train=False)
-            correct += (module.get_outputs()[0].argmax(axis=1) == labels).sum()  # is_train=False: dropout off
-            total += len(labels)
-    run.record_accuracy(int(correct.asscalar()), total)
+        module = build(s, policy.device, s.batch_size)
+    runtime.train_and_evaluate(run, policy, module, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
     # dropout off for the steps too (dropout is random and frameworks' generators differ): the model
     # is built without its Dropout operators; forward_backward runs in training mode.
-    module = build(s, context, len(batch["y"]), dropout=False)
+    module = build(s, policy.device, len(batch["y"]), dropout=False)
     load_canonical(module, params)
-    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
-    images, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
-    before = logits(module, s, images, context).asnumpy()
-    train_step = make_train_step(module)
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(images, labels)
-    after = logits(module, s, images, context).asnumpy()
-    return {"logits": before, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, module, vgg_style_cnn(s, dropout=False), batch)

@@ -95,7 +95,7 @@ class Run:
         return self._record_data(dataset)
 
     def random_images(self) -> np.ndarray:
-        """ResNet-50 input: random data is fine for timing (seed 0), as MISSION.md allows."""
+        """ResNet-50 input: random data is fine for timing (seed 0): weights and pixel values do not change it."""
         settings = self.settings
         self.result.provenance.data_source = "random"
         count = settings.batch_size * max(settings.batches, settings.warmup_batches)

@@ -1,9 +1,9 @@
 """GRU sentiment classifier trained on IMDB, in Chainer.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. L.NStepGRU takes cuDNN's fused kernel on a GPU (lesson 2); it
-takes a list of sequences and returns the final hidden state, which for these equal-length
-(padded) sequences is the last time step's output.
+workloads/common/hyperparams.py. L.NStepGRU takes cuDNN's fused kernel on a GPU (FAIRNESS.md:
+fused-rnn); it takes a list of sequences and returns the final hidden state, which for these
+equal-length (padded) sequences is the last time step's output.
 """
 import math
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import chainer as env
+from workloads.runtime import chainer as runtime
 
 MATCHED = (
     "NStepGRU is cuDNN's reset-after form with gate order r, z, n: canonical as is",
@@ -44,6 +44,29 @@ class GRUClassifier(chainer.Chain):
         return self.dense(last[-1])
 
 
+class PaperAdam(chainer.optimizers.Adam):
+    """Chainer's Adam with PyTorch's (the Adam paper's) epsilon placement.
+
+    Chainer computes alpha_t * m / (sqrt(v) + eps) with alpha_t = alpha * sqrt(1 - beta2^t) / (1 - beta1^t);
+    with eps_t = eps * sqrt(1 - beta2^t) that equals alpha * m_hat / (sqrt(v_hat) + eps) exactly.
+    """
+
+    def __init__(self, alpha, beta1, beta2, eps):
+        super().__init__(alpha=alpha, beta1=beta1, beta2=beta2, eps=eps)
+        self.paper_eps = eps
+
+    def update(self, lossfun=None, *args, **kwds):
+        step = self.t + 1  # the update rules count this step as t inside update()
+        self.hyperparam.eps = self.paper_eps * math.sqrt(1.0 - self.hyperparam.beta2 ** step)
+        super().update(lossfun, *args, **kwds)
+
+
+def make_optimizer(model, s):
+    optimizer = PaperAdam(alpha=s.learning_rate, beta1=s.beta1, beta2=s.beta2, eps=s.epsilon)
+    optimizer.setup(model)
+    return optimizer
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: GRUClassifier, params: dict) -> None:
@@ -63,92 +86,28 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
     model.dense.b.array[...] = xp.asarray(params["dense.bias"])
 
 
-class PaperAdam(chainer.optimizers.Adam):
-    """Chainer's Adam with PyTorch's (the Adam paper's) epsilon placement.
-
-    Chainer computes alpha_t * m / (sqrt(v) + eps) with alpha_t = alpha * sqrt(1 - beta2^t) / (1 - beta1^t);
-    with eps_t = eps * sqrt(1 - beta2^t) that equals alpha * m_hat / (sqrt(v_hat) + eps) exactly.
-    """
-
-    def __init__(self, alpha, beta1, beta2, eps):
-        super().__init__(alpha=alpha, beta1=beta1, beta2=beta2, eps=eps)
-        self.paper_eps = eps
-
-    def update(self, lossfun=None, *args, **kwds):
-        step = self.t + 1  # the update rules count this step as t inside update()
-        self.hyperparam.eps = self.paper_eps * math.sqrt(1.0 - self.hyperparam.beta2 ** step)
-        super().update(lossfun, *args, **kwds)
-
-
-def make_train_step(model, optimizer):
-    def train_step(tokens, labels):
-        loss = F.softmax_cross_entropy(model(tokens), labels)  # mean over the batch
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss  # a Variable on the device: no host sync per step
-    return train_step
-
-
-def make_optimizer(model, s):
-    optimizer = PaperAdam(alpha=s.learning_rate, beta1=s.beta1, beta2=s.beta2, eps=s.epsilon)
-    optimizer.setup(model)
-    return optimizer
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
         model = GRUClassifier(s)
-        model.to_device(device)
+        model.to_device(policy.device)
         optimizer = make_optimizer(model, s)
-        train_step = make_train_step(model, optimizer)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    with chainer.using_config("train", True):
-        for _ in range(s.epochs):
-            for tokens, labels in run.train_batches(data.x_train, data.y_train):
-                loss = train_step(env.to_device(tokens.astype(np.int32), device),
-                                  env.to_device(labels.astype(np.int32), device))
-            run.end_epoch(float(loss.array))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = device.xp.zeros((), dtype=np.int64), 0
-        with chainer.using_config("train", False), chainer.no_backprop_mode():
-            for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-                predictions = model(env.to_device(tokens.astype(np.int32), device)).array.argmax(axis=1)
-                correct += (predictions == env.to_device(labels, device)).sum()
-                total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run, device)
+    runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
     model = GRUClassifier(s)
-    model.to_device(device)
+    model.to_device(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    tokens = env.to_device(batch["x"].astype(np.int32), device)
-    labels = env.to_device(batch["y"].astype(np.int32), device)
-    with chainer.using_config("train", False):
-        with chainer.no_backprop_mode():
-            logits = env.to_host(model(tokens).array)
-        train_step = make_train_step(model, make_optimizer(model, s))
-        for _ in range(canonical.PARITY_STEPS):
-            train_step(tokens, labels)
-        with chainer.no_backprop_mode():
-            after = env.to_host(model(tokens).array)
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), F.softmax_cross_entropy, batch)

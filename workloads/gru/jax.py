@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in JAX: a Flax linen model, an Optax optimizer, one jax.jit step.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. JAX has no fused cuDNN GRU (lesson 2 cannot apply): the cell is
+workloads/common/hyperparams.py. JAX has no fused cuDNN GRU (FAIRNESS.md: fused-rnn cannot apply): the cell is
 written out in the canonical reset-after form and run by jax.lax.scan over time-major input, with
 the input projections of all time steps hoisted out of the loop into one matmul. Flax's own
 nn.GRUCell is reset-after too, but with four bias vectors, not six (the reset and update gates
@@ -13,9 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import jax as env
+from workloads.runtime import jax as runtime
 
 MATCHED = (
     "GRU written out in the canonical (cuDNN / PyTorch) reset-after form, gate order r, z, n, two bias "
@@ -71,7 +70,7 @@ class GRUClassifier(nn.Module):
         s = self.s
         embed = nn.Embed(s.vocabulary, s.embedding_size, embedding_init=_uniform(0.05), dtype=self.dtype,
                          name="embedding")
-        x = embed(jnp.transpose(tokens))  # time-major (TNC), the RNN layout of cuDNN (lesson 3)
+        x = embed(jnp.transpose(tokens))  # time-major (TNC), the RNN layout of cuDNN (FAIRNESS.md: layouts)
         x = GRU(s.hidden_size, self.dtype, name="gru")(x)
         return nn.Dense(s.classes, kernel_init=nn.initializers.glorot_uniform(), dtype=self.dtype,
                         name="dense")(x).astype(jnp.float32)  # logits: softmax lives in the loss
@@ -84,6 +83,11 @@ def _uniform(limit):
     return init
 
 
+def init_params(model, s):
+    tokens = jnp.zeros((1, s.sequence_length), jnp.int32)
+    return jax.jit(model.init)(jax.random.key(runtime.SEED), tokens)["params"]
+
+
 def make_optimizer(s) -> optax.GradientTransformation:
     # optax adds epsilon after the square root of v-hat (eps_root=0), as PyTorch and the Adam paper.
     return optax.adam(s.learning_rate, b1=s.beta1, b2=s.beta2, eps=s.epsilon, eps_root=0.0)
@@ -94,11 +98,6 @@ def make_loss(model):
         logits = model.apply({"params": params}, tokens)
         return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     return loss_of
-
-
-def init_params(model, s):
-    tokens = jnp.zeros((1, s.sequence_length), jnp.int32)
-    return jax.jit(model.init)(jax.random.key(env.SEED), tokens)["params"]
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -122,55 +121,23 @@ def load_canonical(params: dict, canonical_params: dict) -> dict:
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
-        model = GRUClassifier(s, dtype=env.compute_dtype(run.precision))
+        model = GRUClassifier(s, dtype=policy.compute_dtype)
         params = init_params(model, s)
         optimizer = make_optimizer(s)
-        state = env.init_train_state(params, optimizer, run.precision)
-        train_step = env.make_train_step(make_loss(model), optimizer, run.precision)
-    run.set_parameter_count(env.parameter_count(params))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            state, loss = train_step(state, tokens, labels)  # the loss stays on the device
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        @jax.jit
-        def count_correct(params, tokens, labels):
-            logits = model.apply({"params": params}, tokens)
-            return jnp.sum(jnp.argmax(logits, axis=1) == labels)
-
-        correct, total = jnp.zeros((), jnp.int32), 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            correct = env.track(correct + count_correct(state["params"], env.to_device(tokens), env.to_device(labels)))
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run)
+    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
-    model = GRUClassifier(s)
+    policy = runtime.select_device(run)
+    model = GRUClassifier(s, dtype=policy.compute_dtype)
     weights = load_canonical(init_params(model, s), params)
-    run.set_parameter_count(env.parameter_count(weights))
-    forward = jax.jit(lambda p, x: model.apply({"params": p}, x))
-    tokens = env.to_device(batch["x"])
-    logits = forward(weights, tokens)
-    optimizer = make_optimizer(s)
-    state = env.init_train_state(weights, optimizer, "fp32")
-    train_step = env.make_train_step(make_loss(model), optimizer, "fp32")
-    for _ in range(canonical.PARITY_STEPS):
-        state, _ = train_step(state, batch["x"], batch["y"])
-    after = forward(state["params"], tokens)
-    return {"logits": jax.device_get(logits), "logits_after_training": jax.device_get(after)}
+    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model), batch)

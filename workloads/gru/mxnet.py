@@ -2,15 +2,15 @@
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/common/hyperparams.py. gluon.rnn.GRU is MXNet's fused RNN operator (cuDNN's on a GPU,
-lesson 2).
+FAIRNESS.md: fused-rnn).
 """
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 from mxnet.gluon import nn, rnn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet as runtime
 
 MATCHED = (
     "GRU is cuDNN's reset-after form with gate order r, z, n: canonical as is",
@@ -30,7 +30,7 @@ class GRUClassifier(nn.HybridBlock):
         super().__init__(**kwargs)
         with self.name_scope():
             self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
-            # Time-major (TNC) is cuDNN's native RNN layout (lesson 3). MXNet's GRU is the cuDNN form:
+            # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). MXNet's GRU is the cuDNN form:
             # reset gate applied after the recurrent matmul, two bias vectors per gate.
             self.gru = rnn.GRU(s.hidden_size, num_layers=1, layout="TNC", input_size=s.embedding_size)
             self.dense = nn.Dense(s.classes, in_units=s.hidden_size, flatten=False)
@@ -48,6 +48,13 @@ def build(s, context):
     return model
 
 
+def make_trainer(model, s):
+    # runtime.PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper
+    # (stock MXNet "adam" adds it to the uncorrected sqrt(v)).
+    return gluon.Trainer(model.collect_params(), "pytorchadam",
+                         {"learning_rate": s.learning_rate, "beta1": s.beta1, "beta2": s.beta2, "epsilon": s.epsilon})
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: GRUClassifier, params: dict) -> None:
@@ -63,66 +70,27 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
     model.dense.bias.set_data(array("dense.bias"))
 
 
-def make_trainer(model, s):
-    # env.PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper
-    # (stock MXNet "adam" adds it to the uncorrected sqrt(v)).
-    return gluon.Trainer(model.collect_params(), "pytorchadam",
-                         {"learning_rate": s.learning_rate, "beta1": s.beta1, "beta2": s.beta2, "epsilon": s.epsilon})
-
-
-def make_train_step(model, trainer, loss_function, batch_size):
-    def train_step(tokens, labels):
-        with autograd.record():  # no dropout in this model: train mode changes nothing
-            loss = loss_function(model(tokens), labels)  # per-sample losses
-        loss.backward()
-        trainer.step(batch_size)  # gradients / batch_size: the mean loss's gradient
-        return loss  # stays on the device: no host sync per step
-    return train_step
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
-        model = build(s, context)
-        train_step = make_train_step(model, make_trainer(model, s), gluon.loss.SoftmaxCrossEntropyLoss(),
-                                     s.batch_size)
-    run.set_parameter_count(env.parameter_count(model.collect_params()))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(tokens, context), env.to_device(labels, context))
-        run.end_epoch(loss.mean().asscalar())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = mx.nd.zeros((1,), ctx=context), 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            predictions = model(env.to_device(tokens, context)).argmax(axis=1)
-            correct += (predictions == env.to_device(labels, context)).sum()
-            total += len(labels)
-    run.record_accuracy(int(correct.asscalar()), total)
+        model = build(s, policy.device)
+        trainer = make_trainer(model, s)
+    runtime.train_and_evaluate(run, policy, model, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    context = env.select_device(run)
-    model = build(s, context)
+    policy = runtime.select_device(run)
+    model = build(s, policy.device)  # no dropout in this model
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model.collect_params()))
-    tokens, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
-    logits = model(tokens).asnumpy()
-    train_step = make_train_step(model, make_trainer(model, s), gluon.loss.SoftmaxCrossEntropyLoss(), len(batch["y"]))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(tokens, labels)
-    after = model(tokens).asnumpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_trainer(model, s), gluon.loss.SoftmaxCrossEntropyLoss(),
+                                batch)

@@ -2,7 +2,7 @@
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/common/hyperparams.py. mx.sym.RNN(mode="gru") is MXNet's fused RNN operator (cuDNN's on a
-GPU, lesson 2); it takes all its weights as one packed parameter vector.
+GPU, FAIRNESS.md: fused-rnn); it takes all its weights as one packed parameter vector.
 """
 import math
 
@@ -10,12 +10,12 @@ import mxnet as mx
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
     "GRU is cuDNN's reset-after form with gate order r, z, n: canonical as is",
     "the RNN operator's one packed vector: [W_i2h (3H, in), W_h2h (3H, H), b_i2h, b_h2h] flattened "
-    "(env.gru_packed_parameters); two bias vectors per gate",
+    "(runtime.gru_packed_parameters); two bias vectors per gate",
     "time-major (TNC) input to the GRU; the last time step's output feeds the dense layer",
     "Adam adds epsilon after the square root of v-hat: a registered PyTorchAdam (stock MXNet adds it "
     "to the uncorrected sqrt(v))",
@@ -30,7 +30,7 @@ MATCHED = (
 def gru_classifier(s) -> mx.sym.Symbol:
     """The logits symbol: embedding_weight, gru_parameters (packed), dense_weight, dense_bias."""
     tokens = mx.sym.var("data")  # (batch, time)
-    # Time-major (TNC) is cuDNN's native RNN layout (lesson 3)
+    # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts)
     embedded = mx.sym.Embedding(mx.sym.transpose(tokens), input_dim=s.vocabulary, output_dim=s.embedding_size,
                                 name="embedding")
     h0 = mx.sym.zeros(shape=(1, 0, s.hidden_size))  # (layers, batch, hidden); 0: batch size inferred at bind
@@ -48,7 +48,7 @@ def build(s, context, batch_size) -> mx.mod.Module:
     module.bind(data_shapes=[("data", (batch_size, s.sequence_length))],
                 label_shapes=[("softmax_label", (batch_size,))])
     module.init_params(mx.init.Xavier())  # the packed GRU vector has its own initializer (its symbol's init)
-    # env.PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper.
+    # runtime/mxnet.py's PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper.
     module.init_optimizer(optimizer="pytorchadam", optimizer_params={
         "learning_rate": s.learning_rate, "beta1": s.beta1, "beta2": s.beta2, "epsilon": s.epsilon})
     return module
@@ -60,72 +60,31 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
     """Embedding as is; the GRU packed into one vector (gate order r, z, n kept); dense stored (out, in)."""
     module.set_params({
         "embedding_weight": mx.nd.array(params["embedding.embeddings"]),
-        "gru_parameters": mx.nd.array(env.gru_packed_parameters(params)),
+        "gru_parameters": mx.nd.array(runtime.gru_packed_parameters(params)),
         "dense_weight": mx.nd.array(canonical.dense_to_out_in(params["dense.kernel"])),
         "dense_bias": mx.nd.array(params["dense.bias"]),
     }, {}, allow_missing=False, allow_extra=False)
-
-
-def make_train_step(module):
-    def train_step(tokens, labels):
-        module.forward_backward(mx.io.DataBatch(data=[tokens], label=[labels]))
-        module.update()
-        probabilities = module.get_outputs()[0]
-        return -mx.nd.log(mx.nd.pick(probabilities, labels)).mean()  # stays on the device: no host sync
-    return train_step
-
-
-def logits(module, s, tokens, context):
-    """A forward-only Module on the logits symbol that shares the trained Module's parameters."""
-    inference = mx.mod.Module(gru_classifier(s), data_names=("data",), label_names=None, context=context)
-    inference.bind(data_shapes=[("data", tokens.shape)], for_training=False, shared_module=module)
-    inference.forward(mx.io.DataBatch(data=[tokens]), is_train=False)
-    return inference.get_outputs()[0]
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
-        module = build(s, context, s.batch_size)
-        train_step = make_train_step(module)
-    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(tokens, context), env.to_device(labels, context))
-        run.end_epoch(loss.asscalar())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = mx.nd.zeros((1,), ctx=context), 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            labels = env.to_device(labels, context)  # a smaller last batch makes the Module reshape itself
-            module.forward(mx.io.DataBatch(data=[env.to_device(tokens, context)], label=[labels]), is_train=False)
-            correct += (module.get_outputs()[0].argmax(axis=1) == labels).sum()
-            total += len(labels)
-    run.record_accuracy(int(correct.asscalar()), total)
+        module = build(s, policy.device, s.batch_size)
+    runtime.train_and_evaluate(run, policy, module, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    context = env.select_device(run)
-    module = build(s, context, len(batch["y"]))
+    policy = runtime.select_device(run)
+    module = build(s, policy.device, len(batch["y"]))
     load_canonical(module, params)
-    run.set_parameter_count(sum(int(a.size) for a in module.get_params()[0].values()))
-    tokens, labels = env.to_device(batch["x"], context), env.to_device(batch["y"], context)
-    before = logits(module, s, tokens, context).asnumpy()
-    train_step = make_train_step(module)
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(tokens, labels)
-    after = logits(module, s, tokens, context).asnumpy()
-    return {"logits": before, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, module, gru_classifier(s), batch)

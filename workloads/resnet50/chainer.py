@@ -11,7 +11,7 @@ import chainer.links as L
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import chainer as env
+from workloads.runtime import chainer as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (L.ResNet50Layers is v1)",
@@ -106,37 +106,23 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
         model = ResNet50Features()
-        model.to_device(device)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    # train=False: batch norm on running statistics; no_backprop_mode: no graph (lesson 5)
-    with chainer.using_config("train", False), chainer.no_backprop_mode():
-        with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
-            for batch in run.warmup_batches(images):
-                features = model(env.to_device(batch, device))
-        assert features.shape == (s.batch_size, s.feature_size), features.shape
-        for batch in run.timed_batches(images):
-            features = model(env.to_device(batch, device))
-    env.record_peak_memory(run, device)
+        model.to_device(policy.device)
+    # train=False: batch norm on running statistics; no_backprop_mode: no graph (FAIRNESS.md: eval-mode)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
     model = ResNet50Features()
-    model.to_device(device)
+    model.to_device(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    with chainer.using_config("train", False), chainer.no_backprop_mode():
-        features = env.to_host(model(env.to_device(batch["x"], device)).array)
-    return {"features": features}
+    return runtime.parity_features(run, policy, model, batch)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import jax as env
+from workloads.runtime import jax as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -77,7 +77,7 @@ class ResNet50Features(nn.Module):
 
 def init_variables(model, s):
     images = jnp.zeros((1, *s.image_shape), jnp.float32)
-    return jax.jit(model.init)(jax.random.key(env.SEED), images)  # {"params": ..., "batch_stats": ...}
+    return jax.jit(model.init)(jax.random.key(runtime.SEED), images)  # {"params": ..., "batch_stats": ...}
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -120,33 +120,22 @@ def load_canonical(variables: dict, params: dict) -> dict:
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        model = ResNet50Features(dtype=env.compute_dtype(run.precision))
-        variables = env.track(init_variables(model, s))  # the phase waits for it
-        # inference only: no gradient is ever taken (lesson 5); batch norm on moving statistics
-        forward = jax.jit(lambda variables, x: model.apply(variables, x))
-    run.set_parameter_count(env.parameter_count(variables["params"]))
-
-    # --- infer
-    with run.phase("warmup"):  # untimed warm pass: compilation and autotuning land here
-        for batch in run.warmup_batches(images):
-            features = env.track(forward(variables, env.to_device(batch)))
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):  # run.sync waits for each batch's features
-        features = env.track(forward(variables, env.to_device(batch)))
-    env.record_peak_memory(run)
+        model = ResNet50Features(dtype=policy.compute_dtype)
+        variables = runtime.track(init_variables(model, s))  # the phase waits for it
+    # inference only: no gradient is ever taken (FAIRNESS.md: eval-mode); batch norm on moving statistics
+    runtime.extract_features(run, policy, model, variables, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    env.select_device(run)
-    model = ResNet50Features()
+    policy = runtime.select_device(run)
+    model = ResNet50Features(dtype=policy.compute_dtype)
     variables = load_canonical(init_variables(model, run.settings), params)
-    run.set_parameter_count(env.parameter_count(variables["params"]))
-    return {"features": jax.device_get(jax.jit(model.apply)(variables, batch["x"]))}
+    return runtime.parity_features(run, policy, model, variables, batch)

@@ -10,7 +10,7 @@ from mxnet.gluon import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (the Gluon zoo's resnet50_v1 is v1)",
@@ -106,31 +106,21 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        model = build(context)
-    run.set_parameter_count(env.parameter_count(model.collect_params()))
-
-    # --- infer: outside autograd.record, so no gradients and batch norm in predict mode (lesson 5)
-    with run.phase("warmup"):  # untimed warm pass: graph caching, autotuning and allocation land here
-        for batch in run.warmup_batches(images):
-            features = model(env.to_device(batch, context))
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):
-        features = model(env.to_device(batch, context))
+        model = build(policy.device)
+    # outside autograd.record: no gradients, batch norm in predict mode (FAIRNESS.md: eval-mode)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    context = env.select_device(run)
-    model = build(context)
+    policy = runtime.select_device(run)
+    model = build(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model.collect_params()))
-    features = model(env.to_device(batch["x"], context)).asnumpy()
-    return {"features": features}
+    return runtime.parity_features(run, policy, model, batch)

@@ -9,7 +9,7 @@ import mxnet as mx
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mxnet as env
+from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -78,40 +78,26 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
     module.set_params(arguments, auxiliaries, allow_missing=False, allow_extra=False)
 
 
-def parameter_count(module) -> int:
-    return sum(int(a.size) for a in module.get_params()[0].values())  # arguments only: moving stats are aux
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    context = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        module = build(s, context, s.batch_size)
-    run.set_parameter_count(parameter_count(module))
-
-    # --- infer: bound for_training=False and forward(is_train=False): no gradients (lesson 5)
-    with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
-        for batch in run.warmup_batches(images):
-            module.forward(mx.io.DataBatch(data=[env.to_device(batch, context)]), is_train=False)
-    features = module.get_outputs()[0]
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):
-        module.forward(mx.io.DataBatch(data=[env.to_device(batch, context)]), is_train=False)
+        module = build(s, policy.device, s.batch_size)
+    # bound for_training=False and forward(is_train=False): no gradients (FAIRNESS.md: eval-mode)
+    runtime.extract_features(run, policy, module, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    context = env.select_device(run)
-    module = build(s, context, len(batch["x"]))
+    policy = runtime.select_device(run)
+    module = build(s, policy.device, len(batch["x"]))
     load_canonical(module, params)
-    run.set_parameter_count(parameter_count(module))
-    module.forward(mx.io.DataBatch(data=[env.to_device(batch["x"], context)]), is_train=False)
-    return {"features": module.get_outputs()[0].asnumpy()}
+    return runtime.parity_features(run, policy, module, batch)

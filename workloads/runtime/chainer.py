@@ -1,7 +1,9 @@
-"""Chainer's device, precision and provenance switches, shared by the three Chainer workloads.
+"""Chainer's device, precision and provenance switches, and the loops the three Chainer workloads share.
 
 Chainer 7.8.1 is the last release (end of life). It runs on NumPy on the CPU and on CuPy on an
 NVIDIA GPU; `chainer.config.train` switches dropout and batch norm between training and inference.
+A workload hands its Chain (on the device), its optimizer (set up on the Chain) and its loss
+function; the step (forward, backward, update) is written once here.
 """
 from __future__ import annotations
 
@@ -10,11 +12,22 @@ import numpy as np
 import chainer
 from chainer.backends import cuda
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 
-def select_device(run: Run):
+class ChainerPolicy(Policy):
+    """``device`` is Chainer's device object (``@numpy`` or ``@cupy:0``): it sends arrays and moves
+    Chains; ``xp`` is its array module (NumPy or CuPy). fp32 only (see select_device)."""
+
+    def __init__(self, device, precision: str):
+        super().__init__(device, precision)
+        self.xp = device.xp
+        self.on_gpu = device.xp is not np
+
+
+def select_device(run: Run) -> ChainerPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     gpu_available = cuda.available and _cuda_device_count() > 0
     if run.requested_device == "cuda" and not gpu_available:
@@ -28,8 +41,9 @@ def select_device(run: Run):
         raise Unsupported(f"Chainer 7.8.1 has no {precision} switch (its CuPy and cuDNN predate it)")
     if precision == "fp16":
         raise Unsupported("fp16 (Chainer's 'mixed16' dtype with loss scaling) is not wired in this benchmark")
-    chainer.config.train = True  # the workloads switch it off for evaluation and inference
-    chainer.config.autotune = True  # cuDNN convolution autotuning (lesson 1); its cost lands in the first step
+    chainer.config.train = True  # the loops below switch it off for evaluation and inference
+    # cuDNN convolution autotuning (FAIRNESS.md: autotune); its cost lands in the first step
+    chainer.config.autotune = True
     chainer.config.use_cudnn = "auto"
     np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU
     if on_gpu:
@@ -57,7 +71,7 @@ def select_device(run: Run):
             cuda_version=None, cudnn_version=None, gpu_name=None,
             extras={"layout": "NCHW / TNC", "backend": "numpy", "numpy_version": np.__version__},
         )
-    return device
+    return ChainerPolicy(device, precision)
 
 
 def _cupy_problem() -> str:
@@ -78,8 +92,11 @@ def _cuda_device_count() -> int:
         return 0
 
 
-def to_device(array, device):
-    return device.send(np.ascontiguousarray(array))
+def to_device(array: np.ndarray, policy: ChainerPolicy):
+    """Integer arrays (labels, token ids) as int32, which F.softmax_cross_entropy and L.EmbedID need."""
+    if array.dtype == np.int64:
+        array = array.astype(np.int32)
+    return policy.device.send(np.ascontiguousarray(array))
 
 
 def to_host(array) -> np.ndarray:
@@ -91,7 +108,65 @@ def parameter_count(model: chainer.Link) -> int:
     return int(sum(parameter.size for parameter in model.params()))
 
 
-def record_peak_memory(run: Run, device) -> None:
-    if getattr(device, "xp", np) is not np:
-        pool = cuda.cupy.get_default_memory_pool()
-        run.result.metrics.peak_device_memory_mb = pool.total_bytes() / 2**20
+def peak_memory_mb(policy: ChainerPolicy) -> float | None:
+    """What CuPy's memory pool holds (it keeps what it ever allocated); None on the CPU."""
+    if policy.on_gpu:
+        return cuda.cupy.get_default_memory_pool().total_bytes() / 2**20
+    return None
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+def _train_step(policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function):
+    def step(x: np.ndarray, y: np.ndarray):
+        loss = loss_function(model(to_device(x, policy)), to_device(y, policy))  # mean over the batch
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss  # a Variable on the device: no host sync per step
+    return step
+
+
+def _logits(policy: ChainerPolicy, model: chainer.Chain):
+    def forward(x: np.ndarray):
+        with chainer.no_backprop_mode():  # no graph, no gradients
+            return model(to_device(x, policy)).array
+    return forward
+
+
+def train_and_evaluate(run: Run, policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function, data) -> None:
+    """Train with `optimizer` on `loss_function(logits, labels)`, then count correct test predictions."""
+    run.set_parameter_count(parameter_count(model))
+    with chainer.using_config("train", True):  # dropout on
+        loop.train(run, data, _train_step(policy, model, optimizer, loss_function),
+                   loss_value=lambda loss: float(loss.array))
+    forward = _logits(policy, model)
+
+    def count_correct(x: np.ndarray, y: np.ndarray):  # summed on the device, read once at the end
+        return (forward(x).argmax(axis=1) == to_device(y, policy)).sum()
+
+    with chainer.using_config("train", False):  # dropout off (FAIRNESS.md: eval-mode)
+        loop.evaluate(run, data, count_correct)
+    run.record_peak_device_memory(peak_memory_mb(policy))
+
+
+def parity_steps(run: Run, policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    # dropout off, for the steps too: dropout is random and frameworks' generators differ
+    with chainer.using_config("train", False):
+        return loop.parity_outputs(_logits(policy, model), _train_step(policy, model, optimizer, loss_function),
+                                   batch, to_numpy=to_host)
+
+
+def extract_features(run: Run, policy: ChainerPolicy, model: chainer.Chain, images: np.ndarray) -> None:
+    """Forward-only passes: batch norm on its running statistics, no graph (FAIRNESS.md: eval-mode)."""
+    run.set_parameter_count(parameter_count(model))
+    with chainer.using_config("train", False):
+        loop.infer(run, images, _logits(policy, model))
+    run.record_peak_device_memory(peak_memory_mb(policy))
+
+
+def parity_features(run: Run, policy: ChainerPolicy, model: chainer.Chain, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    with chainer.using_config("train", False):
+        return {"features": to_host(_logits(policy, model)(batch["x"]))}

@@ -1,10 +1,15 @@
-"""JAX's device, precision and provenance switches, and the jitted training step the three JAX workloads share.
+"""JAX's device, precision and provenance switches, and the loops the three JAX workloads share:
+one jitted training step, training and evaluation, inference, and the parity runs.
 
 JAX dispatches asynchronously and has no device-wide synchronise: every jitted call returns at
 once, and the work it queued finishes later. So the harness's `run.sync` blocks on the outputs of
 the last dispatched call (`track`), which, the calls being chained through their state, finishes
 only after every call before it. Mixed precision is Flax's own control: layers compute in `dtype`
 and keep their parameters in float32 (`param_dtype`).
+
+A workload hands its Flax model (whose ``__call__`` defaults to inference mode: dropout off, batch
+norm on its moving statistics), its parameters, its Optax optimizer and its loss function
+``loss_of(params, x, y, dropout_key)``; this module builds the state and the step from them.
 """
 from __future__ import annotations
 
@@ -12,13 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import linen as nn
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 _COMPUTE_DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
 _last_outputs: list = [None]  # what the last dispatched jitted call returned, for run.sync
-_device: list = ["cpu"]
 
 
 # --- device and precision -------------------------------------------------------------------------
@@ -50,7 +56,18 @@ def track(outputs):
     return outputs
 
 
-def select_device(run: Run) -> jax.Device:
+class JaxPolicy(Policy):
+    """``device`` is the jax.Device; ``device_type`` "cuda" or "cpu"; Flax layers compute in
+    ``compute_dtype`` (parameters stay float32); ``loss_scaling``: fp16's dynamic loss scale."""
+
+    def __init__(self, device, precision: str, device_type: str):
+        super().__init__(device, precision)
+        self.device_type = device_type
+        self.compute_dtype = _COMPUTE_DTYPES[precision]
+        self.loss_scaling = precision == "fp16"
+
+
+def select_device(run: Run) -> JaxPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     import flax
 
@@ -70,7 +87,7 @@ def select_device(run: Run) -> jax.Device:
     # XLA's default fp32 matmul/convolution precision on a GPU may use TF32 (or bf16 passes):
     # "highest" is true fp32, and TF32 only when asked for.
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "highest")
-    _device[0] = device_type
+    policy = JaxPolicy(device, precision, device_type)
     run.sync = sync  # asynchronous dispatch on the CPU too
     cuda_version, cudnn_version = _cuda_versions() if device_type == "cuda" else (None, None)
     run.set_provenance(
@@ -80,23 +97,18 @@ def select_device(run: Run) -> jax.Device:
         cudnn_version=cudnn_version,
         gpu_name=device.device_kind if device_type == "cuda" else None,
         extras={"layout": "NHWC / TNC", "jaxlib": _jaxlib_version(),
-                "compute_dtype": jnp.dtype(compute_dtype(precision)).name,
+                "compute_dtype": jnp.dtype(policy.compute_dtype).name,
                 "matmul_precision": "tensorfloat32" if precision == "tf32" else "highest",
-                "loss_scaling": "dynamic" if precision == "fp16" else "none",
+                "loss_scaling": "dynamic" if policy.loss_scaling else "none",
                 "autotune": "XLA's GPU autotuning (its default)" if device_type == "cuda" else "none (CPU)",
                 "jit": "jax.jit: one XLA program per step, compiled in the first step"},
     )
-    return device
+    return policy
 
 
 def _jaxlib_version() -> str:
     import jaxlib
     return jaxlib.__version__
-
-
-def compute_dtype(precision: str):
-    """The dtype Flax layers compute in; their parameters stay float32 (param_dtype)."""
-    return _COMPUTE_DTYPES[precision]
 
 
 def to_device(array: np.ndarray) -> jax.Array:
@@ -106,11 +118,13 @@ def to_device(array: np.ndarray) -> jax.Array:
     return jax.device_put(array)
 
 
-def record_peak_memory(run: Run) -> None:
-    if _device[0] == "cuda":
-        stats = _gpus()[0].memory_stats() or {}
+def peak_memory_mb(policy: JaxPolicy) -> float | None:
+    """XLA's allocator's peak on the GPU; None on the CPU (no device allocator to ask)."""
+    if policy.device_type == "cuda":
+        stats = policy.device.memory_stats() or {}
         if "peak_bytes_in_use" in stats:
-            run.result.metrics.peak_device_memory_mb = stats["peak_bytes_in_use"] / 2**20
+            return stats["peak_bytes_in_use"] / 2**20
+    return None
 
 
 # --- model facts ----------------------------------------------------------------------------------
@@ -125,16 +139,16 @@ def parameter_count(params) -> int:
 _GROWTH_INTERVAL = 2000  # fp16 loss scale: doubled after this many finite steps, halved on overflow
 
 
-def init_train_state(params, optimizer: optax.GradientTransformation, precision: str, seed: int = SEED) -> dict:
+def init_train_state(params, optimizer: optax.GradientTransformation, policy: JaxPolicy, seed: int = SEED) -> dict:
     """Everything a step changes, as one pytree: parameters, optimizer state, dropout key, loss scale."""
     state = {"params": params, "opt_state": optimizer.init(params), "key": jax.random.key(seed)}
-    if precision == "fp16":
+    if policy.loss_scaling:
         state["loss_scale"] = jnp.float32(2.0**16)  # PyTorch GradScaler's initial scale
         state["good_steps"] = jnp.int32(0)
     return track(state)  # so the model_build phase waits for the initialisation it dispatched
 
 
-def make_train_step(loss_of, optimizer: optax.GradientTransformation, precision: str):
+def make_train_step(loss_of, optimizer: optax.GradientTransformation, policy: JaxPolicy):
     """One jitted step: `step(state, x, y) -> (state, loss)`, the loss left on the device.
 
     `loss_of(params, x, y, dropout_key)` is the workload's mean loss. Each step splits a fresh
@@ -143,7 +157,7 @@ def make_train_step(loss_of, optimizer: optax.GradientTransformation, precision:
     whose gradients overflow is skipped and the scale halved. The first call compiles (it lands in
     the harness's first_step_s).
     """
-    fp16 = precision == "fp16"
+    fp16 = policy.loss_scaling
 
     def step(state, x, y):
         params = state["params"]
@@ -178,3 +192,68 @@ def make_train_step(loss_of, optimizer: optax.GradientTransformation, precision:
         return track(compiled(state, to_device(x), to_device(y)))
 
     return call
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+class _Trainer:
+    """The training state and its jitted step, as the one callable the shared loops drive."""
+
+    def __init__(self, params, optimizer: optax.GradientTransformation, loss_of, policy: JaxPolicy):
+        self.state = init_train_state(params, optimizer, policy)
+        self._step = make_train_step(loss_of, optimizer, policy)
+
+    def step(self, x: np.ndarray, y: np.ndarray):
+        self.state, loss = self._step(self.state, x, y)
+        return loss  # stays on the device: read once per epoch
+
+    @property
+    def params(self):
+        return self.state["params"]
+
+
+def _inference(model: nn.Module):
+    """The jitted forward pass in inference mode: a model's ``__call__`` defaults to it (dropout off,
+    batch norm on its moving statistics; FAIRNESS.md: eval-mode)."""
+    return jax.jit(lambda params, x: model.apply({"params": params}, x))
+
+
+def train_and_evaluate(run: Run, policy: JaxPolicy, model: nn.Module, params, optimizer: optax.GradientTransformation,
+                       loss_of, data) -> None:
+    """Train `params` with `optimizer` on `loss_of`, then count the test set's correct predictions."""
+    with run.phase("model_build"):  # the phase adds up: the optimizer state is built, and waited for, here
+        trainer = _Trainer(params, optimizer, loss_of, policy)
+    run.set_parameter_count(parameter_count(params))
+    loop.train(run, data, trainer.step)
+
+    @jax.jit
+    def count_correct(params, x, y):
+        return jnp.sum(jnp.argmax(model.apply({"params": params}, x), axis=1) == y)
+
+    # the count stays on the device; run.sync waits for the last batch's
+    loop.evaluate(run, data, lambda x, y: track(count_correct(trainer.params, to_device(x), to_device(y))))
+    run.record_peak_device_memory(peak_memory_mb(policy))
+
+
+def parity_steps(run: Run, policy: JaxPolicy, model: nn.Module, params, optimizer: optax.GradientTransformation,
+                 loss_of, batch: dict) -> dict:
+    """The logits on the canonical `params`, and after the parity steps (`loss_of` without dropout)."""
+    run.set_parameter_count(parameter_count(params))
+    trainer = _Trainer(params, optimizer, loss_of, policy)
+    forward = _inference(model)
+    return loop.parity_outputs(lambda x: forward(trainer.params, to_device(x)), trainer.step, batch,
+                               to_numpy=jax.device_get)
+
+
+def extract_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: dict, images: np.ndarray) -> None:
+    """Forward-only passes of `model` with `variables` ("params" and "batch_stats"); no gradient is
+    ever taken (FAIRNESS.md: eval-mode). The warm pass's first call compiles the jitted forward."""
+    run.set_parameter_count(parameter_count(variables["params"]))
+    forward = jax.jit(model.apply)
+    loop.infer(run, images, lambda batch: track(forward(variables, to_device(batch))))
+    run.record_peak_device_memory(peak_memory_mb(policy))
+
+
+def parity_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: dict, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(variables["params"]))
+    return {"features": jax.device_get(jax.jit(model.apply)(variables, to_device(batch["x"])))}

@@ -1,9 +1,12 @@
-"""MXNet's device, precision and provenance switches, shared by its Gluon and Module workloads.
+"""MXNet's device, precision and provenance switches, shared by its Gluon and Module workloads, and
+the Gluon workloads' loops (the Module API's are in runtime/mxnet_module.py, on these switches).
 
 MXNet runs every operator asynchronously on its dependency engine: a Python call returns before
 the work is done, so honest timing needs ``mx.nd.waitall`` (``run.sync``) before each clock read.
-The numpy-only helpers at the end (the RNN operator's packed parameter vector) stay importable
-without MXNet, for the unit tests.
+A Gluon workload hands its hybridized block, its ``gluon.Trainer`` and its per-sample loss; the
+step (record, backward, ``Trainer.step``) is written once here. MXNet 1.9.1 reports no peak device
+memory of its own, so none is recorded. The numpy-only helpers at the end (the RNN operator's
+packed parameter vector) stay importable without MXNet, for the unit tests.
 """
 from __future__ import annotations
 
@@ -17,11 +20,17 @@ try:
 except ImportError:  # only the numpy helpers below are usable (tests/test_mxnet_units.py)
     mx = None
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 
-def select_device(run: Run):
+class MXNetPolicy(Policy):
+    """``device`` is the MXNet context (``mx.cpu()`` or ``mx.gpu(0)``) arrays and parameters live on.
+    fp32 only (see select_device)."""
+
+
+def select_device(run: Run) -> MXNetPolicy:
     """Pick the context, refuse what it cannot do (before any work), set the global switches."""
     gpus = mx.context.num_gpus()
     if run.requested_device == "cuda" and gpus == 0:
@@ -35,7 +44,7 @@ def select_device(run: Run):
         raise Unsupported(f"{precision} is not implemented for MXNet (fp32 only)")
     # fp32 means true fp32: cuDNN 8 uses TF32 convolutions on Ampere by default; this turns it off.
     os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
-    os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (lesson 1)
+    os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)
     np.random.seed(SEED)
     run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator
@@ -53,11 +62,11 @@ def select_device(run: Run):
                                         for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP")),
                 "context": str(context)},
     )
-    return context
+    return MXNetPolicy(context, precision)
 
 
-def to_device(array, context):
-    return mx.nd.array(array, ctx=context, dtype=np.float32)  # labels and token ids too: MXNet indexes with floats
+def to_device(array: np.ndarray, policy: MXNetPolicy):
+    return mx.nd.array(array, ctx=policy.device, dtype=np.float32)  # labels and token ids too: MXNet indexes with floats
 
 
 def parameter_count(parameters) -> int:
@@ -85,6 +94,53 @@ if mx is not None:
                               lr=lr * math.sqrt(coef2) / coef1, wd=wd, beta1=self.beta1, beta2=self.beta2,
                               epsilon=self.epsilon * math.sqrt(coef2), rescale_grad=self.rescale_grad,
                               **({"clip_gradient": self.clip_gradient} if self.clip_gradient else {}))
+
+
+# --- the Gluon loops ------------------------------------------------------------------------------
+
+def _train_step(policy: MXNetPolicy, net, trainer, loss_function):
+    def step(x: np.ndarray, y: np.ndarray):
+        x, y = to_device(x, policy), to_device(y, policy)
+        with mx.autograd.record():  # train mode: dropout on
+            loss = loss_function(net(x), y)  # per-sample losses
+        loss.backward()
+        trainer.step(len(y))  # gradients / batch size: the mean loss's gradient
+        return loss  # stays on the device: no host sync per step
+    return step
+
+
+def _logits(policy: MXNetPolicy, net):
+    """Outside autograd.record: no gradients, dropout off and batch norm on its moving statistics
+    (FAIRNESS.md: eval-mode)."""
+    return lambda x: net(to_device(x, policy))
+
+
+def train_and_evaluate(run: Run, policy: MXNetPolicy, net, trainer, loss_function, data) -> None:
+    """Train with `trainer` on the per-sample `loss_function`, then count correct test predictions."""
+    run.set_parameter_count(parameter_count(net.collect_params()))
+    loop.train(run, data, _train_step(policy, net, trainer, loss_function),
+               loss_value=lambda loss: loss.mean().asscalar())
+    forward = _logits(policy, net)
+    loop.evaluate(run, data, lambda x, y: (forward(x).argmax(axis=1) == to_device(y, policy)).sum(),
+                  to_int=lambda correct: int(correct.asscalar()))
+
+
+def parity_steps(run: Run, policy: MXNetPolicy, net, trainer, loss_function, batch: dict) -> dict:
+    """The steps run in train mode: `net` is built without dropout for them (MXNet 1.9.1's CPU backward
+    in predict mode, autograd.record(train_mode=False), returns wrong gradients for pooling)."""
+    run.set_parameter_count(parameter_count(net.collect_params()))
+    return loop.parity_outputs(_logits(policy, net), _train_step(policy, net, trainer, loss_function), batch,
+                               to_numpy=lambda logits: logits.asnumpy())
+
+
+def extract_features(run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> None:
+    run.set_parameter_count(parameter_count(net.collect_params()))
+    loop.infer(run, images, _logits(policy, net))
+
+
+def parity_features(run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(net.collect_params()))
+    return {"features": _logits(policy, net)(batch["x"]).asnumpy()}
 
 
 # --- numpy-only helpers (no MXNet needed) ---------------------------------------------------------
