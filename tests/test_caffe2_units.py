@@ -40,6 +40,18 @@ def test_every_module_imports_without_caffe2_and_has_the_workload_sections(modul
             assert callable(getattr(module, function)), (name, function)
 
 
+def test_caffe2_workloads_call_their_loops_in_the_runtime(modules):
+    """The loops are written once, in workloads/runtime/caffe2.py; the workload files keep the model."""
+    runtime = modules["workloads.runtime.caffe2"]
+    for function in ("select_device", "train_and_evaluate", "parity_steps", "extract_features", "parity_features"):
+        assert callable(getattr(runtime, function)), function
+    for name in MODULES[:3]:
+        assert modules[name].runtime is runtime and not hasattr(modules[name], "env"), name
+    policy = runtime.Caffe2Policy("device option", "fp32", "cuda")  # cuDNN's algorithm search on a GPU
+    assert policy.operator_arguments == {"engine": "CUDNN", "cudnn_exhaustive_search": True}
+    assert runtime.Caffe2Policy("device option", "fp32", "cpu").operator_arguments == {}
+
+
 def test_cnn_blobs_compute_the_canonical_logits(modules):
     """Caffe2: conv weights (out, in, h, w) = OIHW; FC weights (out, in): y = x @ W.T + b."""
     params, batch = canonical.parameters("cnn"), canonical.parity_batch("cnn")

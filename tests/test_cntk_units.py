@@ -52,6 +52,17 @@ def test_every_module_imports_without_cntk_and_has_the_workload_sections(modules
             assert callable(getattr(module, function)), (name, function)
 
 
+def test_cntk_workloads_call_their_loops_in_the_runtime(modules):
+    """The loops are written once, in workloads/runtime/cntk.py; the workload files keep the model."""
+    runtime = modules["workloads.runtime.cntk"]
+    for function in ("select_device", "train_and_evaluate", "parity_steps", "extract_features", "parity_features"):
+        assert callable(getattr(runtime, function)), function
+    for workload in ("cnn", "gru", "resnet50"):
+        module = modules[f"workloads.{workload}.cntk"]
+        assert module.runtime is runtime and not hasattr(module, "env"), workload
+        assert not hasattr(module, "make_trainer"), workload
+
+
 # --- CNTK's layouts ---------------------------------------------------------------------------------
 
 def cudnn_gru_step(x, h, packed, inputs, hidden):
@@ -80,20 +91,20 @@ def cudnn_gru_step(x, h, packed, inputs, hidden):
 
 
 def test_pack_cudnn_gru_round_trips_and_has_the_size_cntk_infers(modules):
-    env = modules["workloads.runtime.cntk"]
+    runtime = modules["workloads.runtime.cntk"]
     s = hyperparams.settings("gru", "full")
     params = canonical.parameters("gru")
     names = ("gru.kernel", "gru.recurrent_kernel", "gru.input_bias", "gru.recurrent_bias")
-    packed = env.pack_cudnn_gru(*(params[n] for n in names))
+    packed = runtime.pack_cudnn_gru(*(params[n] for n in names))
     # optimized_rnnstack's weight, as CNTK infers it for input 125 / hidden 100: (681, 100)
-    assert packed.shape == (env.cudnn_gru_size(s.embedding_size, s.hidden_size) // s.hidden_size, s.hidden_size)
+    assert packed.shape == (runtime.cudnn_gru_size(s.embedding_size, s.hidden_size) // s.hidden_size, s.hidden_size)
     assert packed.shape == (681, 100) and packed.dtype == np.float32
-    for got, name in zip(env.unpack_cudnn_gru(packed, s.embedding_size, s.hidden_size), names):
+    for got, name in zip(runtime.unpack_cudnn_gru(packed, s.embedding_size, s.hidden_size), names):
         np.testing.assert_array_equal(got, params[name])
 
 
 def test_a_gru_run_on_the_packed_buffer_gives_the_canonical_logits(modules):
-    env = modules["workloads.runtime.cntk"]
+    runtime = modules["workloads.runtime.cntk"]
     params, batch = canonical.parameters("gru"), canonical.parity_batch("gru")
     inputs, hidden = params["gru.kernel"].shape[0], params["gru.recurrent_kernel"].shape[0]
     packed = modules["workloads.gru.cntk"].canonical_arrays(params, fused=True)["gru.packed"]
@@ -106,8 +117,8 @@ def test_a_gru_run_on_the_packed_buffer_gives_the_canonical_logits(modules):
     np.testing.assert_allclose(logits, expected, rtol=1e-6, atol=1e-6)
     # the gate order matters: swapping r and z in the buffer gives another model
     kernel = canonical.gru_gates_rzn_to_zrn(params["gru.kernel"])
-    wrong = env.pack_cudnn_gru(kernel, params["gru.recurrent_kernel"], params["gru.input_bias"],
-                               params["gru.recurrent_bias"])
+    wrong = runtime.pack_cudnn_gru(kernel, params["gru.recurrent_kernel"], params["gru.input_bias"],
+                                   params["gru.recurrent_bias"])
     h_wrong = cudnn_gru_step(embedded[:, 0], np.zeros_like(h), wrong.astype(np.float64), inputs, hidden)
     h_right = cudnn_gru_step(embedded[:, 0], np.zeros_like(h), packed.astype(np.float64), inputs, hidden)
     assert not np.allclose(h_wrong, h_right, atol=1e-4)

@@ -11,7 +11,7 @@ from caffe2.python import brew, core, model_helper, optimizer, workspace
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import caffe2 as env
+from workloads.runtime import caffe2 as runtime
 
 MATCHED = (
     "convolution kernels (out, in, h, w): canonical OIHW as is; FC weights (out, in): canonical transposed",
@@ -20,20 +20,20 @@ MATCHED = (
     "MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum at a constant rate (no unit gain)",
     "SoftmaxWithLoss: mean softmax cross-entropy over the batch, int32 labels",
     "Glorot-uniform kernels as UniformFill (Caffe2's XavierFill is uniform over +-sqrt(3/fan_in)), zero biases",
-    "two nets over the same blobs: dropout in the training net, is_test=1 in the test net (lesson 5)",
+    "two nets over the same blobs: dropout in the training net, is_test=1 in the test net (FAIRNESS.md: eval-mode)",
 )
 
 
 # --- model --------------------------------------------------------------------------------------
 
-def vgg_style_cnn(model, s, device_option, is_test: bool, dropout: bool = True):
+def vgg_style_cnn(model, s, policy, is_test: bool, dropout: bool = True):
     """Add the network to `model` (blob "images" in, blob "logits" out)."""
-    options = env.arguments(device_option)
+    options = policy.operator_arguments  # cuDNN and its algorithm search on a GPU
     channels, flat = s.image_shape[0], s.conv2_filters * 8 * 8
 
     def conv(x, name, cin, cout):  # pad 1 on each side, as PyTorch's padding=1
         return brew.conv(model, x, name, dim_in=cin, dim_out=cout, kernel=3, pad=1,
-                         weight_init=env.glorot(cin * 9, cout * 9), bias_init=("ConstantFill", {}), **options)
+                         weight_init=runtime.glorot(cin * 9, cout * 9), bias_init=("ConstantFill", {}), **options)
 
     def drop(x, name, rate):  # the parity check trains with dropout off
         return brew.dropout(model, x, name, ratio=rate, is_test=is_test) if dropout else x
@@ -49,33 +49,45 @@ def vgg_style_cnn(model, s, device_option, is_test: bool, dropout: bool = True):
     x = drop(x, "drop4", s.dropout_conv)
     # FC flattens (N, C, H, W) to (N, C*H*W) in (C, H, W) order, the canonical one
     x = brew.fc(model, x, "dense1", dim_in=flat, dim_out=s.dense_units,
-                weight_init=env.glorot(flat, s.dense_units), bias_init=("ConstantFill", {}))
+                weight_init=runtime.glorot(flat, s.dense_units), bias_init=("ConstantFill", {}))
     x = drop(brew.relu(model, x, "relu5"), "drop5", s.dropout_dense)
     return brew.fc(model, x, "logits", dim_in=s.dense_units, dim_out=s.classes,  # softmax lives in the loss
-                   weight_init=env.glorot(s.dense_units, s.classes), bias_init=("ConstantFill", {}))
+                   weight_init=runtime.glorot(s.dense_units, s.classes), bias_init=("ConstantFill", {}))
 
 
-def build(s, device_option, dropout: bool = True):
-    """The training model (forward, gradients, SGD updates) and the test model, over the same blobs."""
+# --- loss and optimizer ---------------------------------------------------------------------------
+
+def add_loss_and_sgd(model, s) -> None:
+    """SoftmaxWithLoss, the batch mean (FAIRNESS.md: softmax-in-loss), its gradient operators, and
+    MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum (FAIRNESS.md: framework-defaults)."""
+    _, loss = model.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])
+    model.AddGradientOperators([loss])
+    optimizer.build_sgd(model, base_learning_rate=s.learning_rate, policy="fixed", momentum=s.momentum,
+                        nesterov=False)
+
+
+# --- the training and test nets ------------------------------------------------------------------
+
+def build(s, policy, dropout: bool = True):
+    """The training model (forward, gradients, SGD updates) and the test model, over the same blobs,
+    initialised and instantiated (shapes come from a first batch's blobs)."""
     train = model_helper.ModelHelper(name="cnn_train")
     test = model_helper.ModelHelper(name="cnn_test", init_params=False)
-    with core.DeviceScope(device_option):
-        vgg_style_cnn(train, s, device_option, is_test=False, dropout=dropout)
-        _, loss = train.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])  # the batch mean
-        train.AddGradientOperators([loss])
-        optimizer.build_sgd(train, base_learning_rate=s.learning_rate, policy="fixed", momentum=s.momentum,
-                            nesterov=False)
-        vgg_style_cnn(test, s, device_option, is_test=True, dropout=dropout)
-    return train, test
-
-
-def create(train, test, s, device_option) -> None:
-    """Run the initialisers and instantiate both nets (shapes come from a first batch's blobs)."""
-    env.feed("images", np.zeros((s.batch_size, *s.image_shape), np.float32), device_option)
-    env.feed("labels", np.zeros(s.batch_size, np.int32), device_option)
+    with core.DeviceScope(policy.device):
+        vgg_style_cnn(train, s, policy, is_test=False, dropout=dropout)
+        add_loss_and_sgd(train, s)
+        vgg_style_cnn(test, s, policy, is_test=True, dropout=dropout)
+    feed_batch(np.zeros((s.batch_size, *s.image_shape), np.float32), policy)
+    runtime.feed("labels", np.zeros(s.batch_size, np.int32), policy.device)
     workspace.RunNetOnce(train.param_init_net)
     workspace.CreateNet(train.net)
     workspace.CreateNet(test.net)
+    return train, test
+
+
+def feed_batch(images: np.ndarray, policy) -> None:
+    """Images NCHW, as delivered (FAIRNESS.md: layouts)."""
+    runtime.feed("images", images, policy.device)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -91,66 +103,33 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model, params: dict, device_option) -> None:
+def load_canonical(model, params: dict, policy) -> None:
     arrays = canonical_arrays(params)
     assert set(arrays) == {str(p) for p in model.params}, set(arrays) ^ {str(p) for p in model.params}
     for name, value in arrays.items():
         assert workspace.FetchBlob(name).shape == value.shape, name
-        env.feed(name, value, device_option)
+        runtime.feed(name, value, policy.device)
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device_option = env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
-
     with run.phase("model_build"):
-        train, test = build(s, device_option)
-        create(train, test, s, device_option)
-    run.set_parameter_count(env.parameter_count(train))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            env.feed("images", images, device_option)
-            env.feed("labels", labels.astype(np.int32), device_option)
-            workspace.RunNet(train.net)  # forward, backward and the update; the loss stays a blob
-        run.end_epoch(float(workspace.FetchBlob("loss")))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            env.feed("images", images, device_option)
-            workspace.RunNet(test.net)  # is_test: dropout off (lesson 5)
-            correct += int((workspace.FetchBlob("logits").argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
+        train, test = build(s, policy)
+    classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
+    runtime.train_and_evaluate(run, policy, classifier, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    device_option = env.select_device(run)
+    policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    train, test = build(s, device_option, dropout=False)
-    create(train, test, s, device_option)
-    load_canonical(train, params, device_option)
-    run.set_parameter_count(env.parameter_count(train))
-
-    def logits():
-        env.feed("images", batch["x"], device_option)
-        workspace.RunNet(test.net)
-        return workspace.FetchBlob("logits").copy()
-
-    before = logits()
-    env.feed("labels", batch["y"].astype(np.int32), device_option)
-    for _ in range(canonical.PARITY_STEPS):
-        env.feed("images", batch["x"], device_option)
-        workspace.RunNet(train.net)
-    return {"logits": before, "logits_after_training": logits()}
+    train, test = build(run.settings, policy, dropout=False)
+    load_canonical(train, params, policy)
+    classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
+    return runtime.parity_steps(run, policy, classifier, batch)

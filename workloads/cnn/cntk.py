@@ -8,11 +8,10 @@ every other framework uses. Runs on Python 3.6 (CNTK 2.7's last).
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import cntk as env
+from workloads.runtime import cntk as runtime
 
 import cntk as C
 
-from workloads.common import canonical
 from workloads.common.harness import Run
 
 MATCHED = (
@@ -25,14 +24,14 @@ MATCHED = (
     "no rescaling by a reference minibatch size)",
     "one-hot float labels for cross_entropy_with_softmax, built on the host per batch",
     "Glorot-uniform kernels and zero biases are CNTK's layer defaults",
-    "dropout is active in Trainer.train_minibatch only; eval() runs inference (lesson 5)",
+    "dropout is active in Trainer.train_minibatch only; eval() runs inference (FAIRNESS.md: eval-mode)",
 )
 
 
 # --- model --------------------------------------------------------------------------------------
 
 def vgg_style_cnn(s, dropout: bool = True):
-    """The network as a CNTK function of its image input; returns (images, logits, layers by name)."""
+    """The network as a CNTK function of its one input, the images; returns (logits, layers by name)."""
     def conv(filters):  # pad=True on a 3x3 stride-1 kernel: 1 on each side, as PyTorch's padding=1
         return C.layers.Convolution2D((3, 3), filters, pad=True, activation=None)
 
@@ -52,7 +51,21 @@ def vgg_style_cnn(s, dropout: bool = True):
     x = C.reshape(x, (s.conv2_filters * 8 * 8,))  # flatten in (C, H, W) order, the canonical one
     x = drop(s.dropout_dense, C.relu(layers["dense1"](x)))
     logits = layers["dense2"](x)  # logits: softmax lives in the loss
-    return images, logits, layers
+    return logits, layers
+
+
+# --- loss and optimizer ---------------------------------------------------------------------------
+
+def loss(logits, labels):
+    """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss), per sample: the Trainer averages the batch."""
+    return C.cross_entropy_with_softmax(logits, labels)
+
+
+def make_learner(logits, s):
+    """Plain momentum, v = m*v + lr*g, as PyTorch's (FAIRNESS.md: framework-defaults): CNTK's default unit
+    gain would scale the gradient by 1 - m; minibatch_size=IGNORE applies the rate to the mean gradient."""
+    return C.momentum_sgd(logits.parameters, lr=s.learning_rate, momentum=s.momentum,
+                          unit_gain=False, minibatch_size=C.learners.IGNORE)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -62,7 +75,7 @@ def canonical_arrays(params: dict) -> dict:
     arrays = {}
     for name in ("conv1", "conv2", "conv3", "conv4"):
         arrays[name + ".W"] = params[name + ".kernel"]  # OIHW, as CNTK stores it
-        arrays[name + ".b"] = env.conv_bias(params[name + ".bias"])
+        arrays[name + ".b"] = runtime.conv_bias(params[name + ".bias"])
     for name in ("dense1", "dense2"):
         arrays[name + ".W"] = params[name + ".kernel"]  # (in, out): times(x, W) = x @ W
         arrays[name + ".b"] = params[name + ".bias"]
@@ -77,61 +90,25 @@ def load_canonical(layers: dict, params: dict) -> None:
         parameter.value = value
 
 
-def make_trainer(images, logits, s):
-    labels = C.input_variable(s.classes, name="labels")
-    loss = C.cross_entropy_with_softmax(logits, labels)  # per sample; the Trainer averages the batch
-    learner = C.momentum_sgd(logits.parameters, lr=s.learning_rate, momentum=s.momentum,
-                             unit_gain=False, minibatch_size=C.learners.IGNORE)
-    trainer = C.Trainer(logits, (loss, None), [learner])
-
-    def train_step(x, y):
-        trainer.train_minibatch({images: x, labels: env.one_hot(y, s.classes)})
-        env.keep_for_sync(trainer)
-        return trainer  # the loss stays inside CNTK until the epoch ends
-    return train_step
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
-
     with run.phase("model_build"):
-        images, logits, _ = vgg_style_cnn(s)
-        train_step = make_trainer(images, logits, s)
-    run.set_parameter_count(env.parameter_count(logits))
-
-    # --- train
-    for _ in range(s.epochs):
-        for x, y in run.train_batches(data.x_train, data.y_train):
-            trainer = train_step(x, y)
-        run.end_epoch(trainer.previous_minibatch_loss_average)
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for x, y in run.eval_batches(data.x_test, data.y_test):
-            predictions = logits.eval({images: x}).argmax(axis=1)  # inference: dropout off (lesson 5)
-            correct += int((predictions == y).sum())
-            total += len(y)
-    run.record_accuracy(correct, total)
+        logits, _ = vgg_style_cnn(s)
+        classifier = runtime.Classifier(logits, loss, make_learner(logits, s))
+    runtime.train_and_evaluate(run, policy, classifier, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    images, logits, layers = vgg_style_cnn(s, dropout=False)
+    logits, layers = vgg_style_cnn(s, dropout=False)
     load_canonical(layers, params)
-    run.set_parameter_count(env.parameter_count(logits))
-    before = logits.eval({images: batch["x"]})
-    train_step = make_trainer(images, logits, s)
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    return {"logits": before, "logits_after_training": logits.eval({images: batch["x"]})}
+    return runtime.parity_steps(run, policy, runtime.Classifier(logits, loss, make_learner(logits, s)), batch)

@@ -13,14 +13,14 @@ from caffe2.python.modeling.initializers import Initializer
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import caffe2 as env
+from workloads.runtime import caffe2 as runtime
 
 MATCHED = (
     "gru_cell.GRU(linear_before_reset=True): the canonical reset-after form, gates r, z, n in that order; "
     "Caffe2's default linear_before_reset=False is the other GRU",
     "weights: i2h (3*hidden, in) = canonical kernel transposed, with the input bias; reset/update/output "
     "FCs (hidden, hidden) = the recurrent kernel's three blocks transposed, each with its recurrent bias",
-    "time-major (TNC) input to the RecurrentNetwork operator (lesson 3); every sequence length = 150, so "
+    "time-major (TNC) input to the RecurrentNetwork operator (FAIRNESS.md: layouts); every sequence length = 150, so "
     "nothing is masked; the last time step's output feeds the dense layer",
     "Adam written out in operators in PyTorch's form, epsilon added to sqrt(v-hat); Caffe2's Adam operator "
     "adds it to sqrt(v) (Keras' form), and SparseAdam would update only the rows in the batch",
@@ -43,6 +43,14 @@ def gru_classifier(model, s):
                            scope="gru", outputs_with_grads=(1,), linear_before_reset=True)
     last = model.net.Squeeze(last, "last", dims=[0])  # (1, batch, hidden) -> (batch, hidden)
     return brew.fc(model, last, "logits", dim_in=s.hidden_size, dim_out=s.classes)  # softmax lives in the loss
+
+
+# --- loss and optimizer ---------------------------------------------------------------------------
+
+def add_loss_and_adam(model, s) -> None:
+    """SoftmaxWithLoss, the batch mean (FAIRNESS.md: softmax-in-loss), its gradients, then Adam."""
+    _, loss = model.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])
+    add_adam(model, model.AddGradientOperators([loss]), s)
 
 
 def add_adam(model, gradients: dict, s) -> None:
@@ -77,27 +85,30 @@ def add_adam(model, gradients: dict, s) -> None:
         net.Sub([parameter, step], parameter)
 
 
-def build(s, device_option, batch_size: int):
+# --- the training and test nets ------------------------------------------------------------------
+
+def build(s, policy, batch_size: int):
+    """The training model (forward, gradients, Adam) and the test model, over the same blobs,
+    initialised and instantiated (shapes come from a first batch's blobs)."""
     train = model_helper.ModelHelper(name="gru_train")
     test = model_helper.ModelHelper(name="gru_test", init_params=False)
-    with core.DeviceScope(device_option):
+    with core.DeviceScope(policy.device):
         gru_classifier(train, s)
-        _, loss = train.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])  # the batch mean
-        add_adam(train, train.AddGradientOperators([loss]), s)
+        add_loss_and_adam(train, s)
         gru_classifier(test, s)  # the same blobs: "gru/..." parameters are shared by name
-    feed_batch(np.zeros((batch_size, s.sequence_length), np.int32), s, device_option)
-    env.feed("labels", np.zeros(batch_size, np.int32), device_option)
+    feed_batch(np.zeros((batch_size, s.sequence_length), np.int32), s, policy)
+    runtime.feed("labels", np.zeros(batch_size, np.int32), policy.device)
     workspace.RunNetOnce(train.param_init_net)
     workspace.CreateNet(train.net)
     workspace.CreateNet(test.net)
     return train, test
 
 
-def feed_batch(tokens: np.ndarray, s, device_option) -> None:
-    """Tokens time-major (TNC, lesson 3); every review runs all its steps, padding included."""
-    env.feed("tokens", np.ascontiguousarray(tokens.T, dtype=np.int32), device_option)
-    env.feed("seq_lengths", np.full(len(tokens), tokens.shape[1], np.int32), device_option)
-    env.feed("h0", np.zeros((1, len(tokens), s.hidden_size), np.float32), device_option)
+def feed_batch(tokens: np.ndarray, s, policy) -> None:
+    """Tokens time-major (TNC; FAIRNESS.md: layouts); every review runs all its steps, padding included."""
+    runtime.feed("tokens", np.ascontiguousarray(tokens.T, dtype=np.int32), policy.device)
+    runtime.feed("seq_lengths", np.full(len(tokens), tokens.shape[1], np.int32), policy.device)
+    runtime.feed("h0", np.zeros((1, len(tokens), s.hidden_size), np.float32), policy.device)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -116,64 +127,34 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model, params: dict, device_option) -> None:
+def load_canonical(model, params: dict, policy) -> None:
     arrays = canonical_arrays(params)
     assert set(arrays) == {str(p) for p in model.params}, set(arrays) ^ {str(p) for p in model.params}
     for name, value in arrays.items():
         assert workspace.FetchBlob(name).shape == value.shape, name
-        env.feed(name, value, device_option)
+        runtime.feed(name, value, policy.device)
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device_option = env.select_device(run)
+    policy = runtime.select_device(run)
     run.set_provenance(extras={"gru": "gru_cell (RecurrentNetwork + GRUUnit)"})
-
     with run.phase("data_load"):
         data = run.load_imdb()
-
     with run.phase("model_build"):
-        train, test = build(s, device_option, s.batch_size)
-    run.set_parameter_count(env.parameter_count(train))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            feed_batch(tokens, s, device_option)
-            env.feed("labels", labels.astype(np.int32), device_option)
-            workspace.RunNet(train.net)  # forward, backward and the Adam operators
-        run.end_epoch(float(workspace.FetchBlob("loss")))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            feed_batch(tokens, s, device_option)
-            workspace.RunNet(test.net)
-            correct += int((workspace.FetchBlob("logits").argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
+        train, test = build(s, policy, s.batch_size)
+    classifier = runtime.Classifier(train, test, lambda tokens: feed_batch(tokens, s, policy), policy)
+    runtime.train_and_evaluate(run, policy, classifier, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device_option = env.select_device(run)
-    train, test = build(s, device_option, len(batch["x"]))
-    load_canonical(train, params, device_option)
-    run.set_parameter_count(env.parameter_count(train))
-
-    def logits():
-        feed_batch(batch["x"], s, device_option)
-        workspace.RunNet(test.net)
-        return workspace.FetchBlob("logits").copy()
-
-    before = logits()
-    env.feed("labels", batch["y"].astype(np.int32), device_option)
-    for _ in range(canonical.PARITY_STEPS):
-        feed_batch(batch["x"], s, device_option)
-        workspace.RunNet(train.net)
-    return {"logits": before, "logits_after_training": logits()}
+    policy = runtime.select_device(run)
+    train, test = build(s, policy, len(batch["x"]))
+    load_canonical(train, params, policy)
+    classifier = runtime.Classifier(train, test, lambda tokens: feed_batch(tokens, s, policy), policy)
+    return runtime.parity_steps(run, policy, classifier, batch)

@@ -4,18 +4,17 @@ embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings 
 workloads/common/hyperparams.py. Reviews are CNTK sequences (its dynamic sequence axis), so the
 recurrence runs over time without any transposing by hand.
 What to notice: on a GPU the GRU is C.optimized_rnnstack(recurrent_op='gru'), cuDNN's fused kernel
-(lesson 2), whose one weight is cuDNN's packed parameter buffer. It has no CPU kernel, and CNTK's
+(FAIRNESS.md: fused-rnn), whose one weight is cuDNN's packed parameter buffer. It has no CPU kernel, and CNTK's
 own layers.GRU is the other GRU (reset gate applied to h before its matmul, one bias per gate),
 so on the CPU the canonical reset-after cell is written out and run by layers.Recurrence.
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import cntk as env
+from workloads.runtime import cntk as runtime
 
 import cntk as C
 import numpy as np
 
-from workloads.common import canonical
 from workloads.common.harness import Run
 from workloads.common.hyperparams import SEED
 
@@ -25,7 +24,7 @@ MATCHED = (
     "cuDNN's order (runtime/cntk.py pack_cudnn_gru)",
     "CPU: optimized_rnnstack has no CPU kernel and layers.GRU is the reset-before form, so the canonical "
     "reset-after cell (two biases per gate) is written out and run by layers.Recurrence",
-    "reviews are sequences on CNTK's dynamic axis (time-major inside, lesson 3); sequence.last gives "
+    "reviews are sequences on CNTK's dynamic axis (time-major inside; FAIRNESS.md: layouts); sequence.last gives "
     "the last step's output; no masking of padding",
     "embedding as C.gather on token indices: a dense gradient, as PyTorch's nn.Embedding (layers.Embedding "
     "multiplies sparse one-hot rows and yields a sparse gradient)",
@@ -57,17 +56,17 @@ def initial_weights(s) -> dict:
 
 
 def gru_classifier(s, fused: bool):
-    """The network as a CNTK function of its token sequences; returns (tokens, logits, parameters by name)."""
+    """The network as a CNTK function of its one input, the token sequences; returns (logits, parameters by name)."""
     hidden, start = s.hidden_size, initial_weights(s)
     weights = {"embedding.embeddings": C.parameter(init=start["embedding.embeddings"]),
                "dense.kernel": C.parameter(init=start["dense.kernel"]),
                "dense.bias": C.parameter(init=start["dense.bias"])}
     tokens = C.sequence.input_variable((), name="tokens")  # one word index per step
     x = C.gather(weights["embedding.embeddings"], tokens)  # (embedding_size,) per step
-    if fused:  # cuDNN's GRU: one packed weight, its size inferred from the input (lesson 2)
+    if fused:  # cuDNN's GRU: one packed weight, its size inferred from the input (FAIRNESS.md: fused-rnn)
         weights["gru.packed"] = C.parameter((C.InferredDimension, hidden))
         outputs = C.optimized_rnnstack(x, weights["gru.packed"], hidden, 1, recurrent_op="gru")
-        weights["gru.packed"].value = env.pack_cudnn_gru(start["gru.kernel"], start["gru.recurrent_kernel"],
+        weights["gru.packed"].value = runtime.pack_cudnn_gru(start["gru.kernel"], start["gru.recurrent_kernel"],
                                                          start["gru.input_bias"], start["gru.recurrent_bias"])
     else:
         for name in ("gru.kernel", "gru.recurrent_kernel", "gru.input_bias", "gru.recurrent_bias"):
@@ -86,7 +85,14 @@ def gru_classifier(s, fused: bool):
         outputs = C.layers.Recurrence(gru_step)(projected)  # h0 = 0
     last = C.sequence.last(outputs)  # the last time step's output
     logits = C.times(last, weights["dense.kernel"]) + weights["dense.bias"]  # softmax lives in the loss
-    return tokens, logits, weights
+    return logits, weights
+
+
+# --- loss and optimizer ---------------------------------------------------------------------------
+
+def loss(logits, labels):
+    """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss), per sample, on one-hot labels."""
+    return C.cross_entropy_with_softmax(logits, labels)
 
 
 def adam(parameters, gradients, s, batch_size: int):
@@ -111,6 +117,12 @@ def adam(parameters, gradients, s, batch_size: int):
     return C.combine(updates)
 
 
+def make_learner(logits, s, batch_size: int):
+    """The Adam above as a CNTK learner; every training batch has batch_size samples (the harness yields
+    complete batches only, and runtime.Classifier checks it)."""
+    return C.universal(lambda parameters, gradients: adam(parameters, gradients, s, batch_size), logits.parameters)
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def canonical_arrays(params: dict, fused: bool) -> dict:
@@ -118,7 +130,7 @@ def canonical_arrays(params: dict, fused: bool) -> dict:
     arrays = {name: params[name] for name in ("embedding.embeddings", "dense.kernel", "dense.bias")}
     gru = ("gru.kernel", "gru.recurrent_kernel", "gru.input_bias", "gru.recurrent_bias")
     if fused:
-        arrays["gru.packed"] = env.pack_cudnn_gru(*(params[name] for name in gru))
+        arrays["gru.packed"] = runtime.pack_cudnn_gru(*(params[name] for name in gru))
     else:
         arrays.update({name: params[name] for name in gru})
     return arrays
@@ -132,68 +144,27 @@ def load_canonical(weights: dict, params: dict, fused: bool) -> None:
         weights[name].value = value
 
 
-def make_trainer(tokens, logits, s, batch_size: int):
-    """Every training batch has batch_size samples (the harness yields complete batches only)."""
-    labels = C.input_variable(s.classes, name="labels")
-    loss = C.cross_entropy_with_softmax(logits, labels)
-    learner = C.universal(lambda parameters, gradients: adam(parameters, gradients, s, batch_size),
-                          logits.parameters)
-    trainer = C.Trainer(logits, (loss, None), [learner])
-
-    def train_step(x, y):
-        assert len(x) == batch_size, (len(x), batch_size)
-        trainer.train_minibatch({tokens: x.astype(np.float32), labels: env.one_hot(y, s.classes)})
-        env.keep_for_sync(trainer)
-        return trainer  # the loss stays inside CNTK until the epoch ends
-    return train_step
-
-
-def fused_gru(device: str) -> bool:
-    return device == "cuda"
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
-    run.set_provenance(extras={"gru": "optimized_rnnstack (cuDNN)" if fused_gru(device) else "layers.Recurrence"})
-
+    policy = runtime.select_device(run)
+    run.set_provenance(extras={"gru": "optimized_rnnstack (cuDNN)" if policy.fused_rnn else "layers.Recurrence"})
     with run.phase("data_load"):
         data = run.load_imdb()
-
     with run.phase("model_build"):
-        tokens, logits, _ = gru_classifier(s, fused_gru(device))
-        train_step = make_trainer(tokens, logits, s, s.batch_size)
-    run.set_parameter_count(env.parameter_count(logits))
-
-    # --- train
-    for _ in range(s.epochs):
-        for x, y in run.train_batches(data.x_train, data.y_train):
-            trainer = train_step(x, y)
-        run.end_epoch(trainer.previous_minibatch_loss_average)
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for x, y in run.eval_batches(data.x_test, data.y_test):
-            predictions = logits.eval({tokens: x.astype(np.float32)}).argmax(axis=1)
-            correct += int((predictions == y).sum())
-            total += len(y)
-    run.record_accuracy(correct, total)
+        logits, _ = gru_classifier(s, policy.fused_rnn)
+        classifier = runtime.Classifier(logits, loss, make_learner(logits, s, s.batch_size), s.batch_size)
+    runtime.train_and_evaluate(run, policy, classifier, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    fused = fused_gru(env.select_device(run))
-    tokens, logits, weights = gru_classifier(s, fused)
-    load_canonical(weights, params, fused)
-    run.set_parameter_count(env.parameter_count(logits))
-    x = batch["x"].astype(np.float32)
-    before = logits.eval({tokens: x})
-    train_step = make_trainer(tokens, logits, s, len(batch["x"]))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    return {"logits": before, "logits_after_training": logits.eval({tokens: x})}
+    policy = runtime.select_device(run)
+    logits, weights = gru_classifier(s, policy.fused_rnn)
+    load_canonical(weights, params, policy.fused_rnn)
+    batch_size = len(batch["x"])
+    classifier = runtime.Classifier(logits, loss, make_learner(logits, s, batch_size), batch_size)
+    return runtime.parity_steps(run, policy, classifier, batch)

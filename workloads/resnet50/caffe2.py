@@ -11,14 +11,14 @@ from caffe2.python import brew, core, model_helper, workspace
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import caffe2 as env
+from workloads.runtime import caffe2 as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
     "explicit symmetric padding k//2 on the 7x7 stem, the 3x3s and the 3x3 max pool, as PyTorch",
     "convolution kernels (out, in, h, w): canonical OIHW as is; no convolution biases (no_bias=1)",
     "SpatialBN is_test=1 on the running statistics, epsilon 1e-5: gamma/beta are the _s/_b blobs, the moving "
-    "mean/variance the _rm/_riv blobs (lesson 5)",
+    "mean/variance the _rm/_riv blobs (FAIRNESS.md: eval-mode)",
     "NCHW input; global AveragePool then Flatten to 2048",
 )
 
@@ -34,15 +34,15 @@ def blob(name: str) -> str:
     return name.replace(".", "_")
 
 
-def resnet50_features(model, device_option):
+def resnet50_features(model, policy):
     """Add the network to `model` (blob "images" in, blob "features" out), in inference mode."""
-    options = env.arguments(device_option)
+    options = policy.operator_arguments  # cuDNN and its algorithm search on a GPU
 
     def conv(x, name, cin, cout, size, stride=1):
         return brew.conv(model, x, blob(name), dim_in=cin, dim_out=cout, kernel=size, stride=stride,
                          pad=size // 2, no_bias=1, **options)
 
-    def batch_norm(x, name, channels):  # is_test: the running statistics (lesson 5)
+    def batch_norm(x, name, channels):  # is_test: the running statistics (FAIRNESS.md: eval-mode)
         return brew.spatial_bn(model, x, blob(name), channels, epsilon=canonical.BN_EPSILON, is_test=True, **options)
 
     def bottleneck(x, prefix, cin, width, stride):
@@ -67,11 +67,12 @@ def resnet50_features(model, device_option):
     return model.net.Flatten(x, "features")  # (N, 2048)
 
 
-def build(s, device_option):
+def build(s, policy):
+    """The forward-only net (no gradient operators), initialised and instantiated."""
     model = model_helper.ModelHelper(name="resnet50_features")
-    with core.DeviceScope(device_option):
-        resnet50_features(model, device_option)
-    env.feed("images", np.zeros((s.batch_size, *s.image_shape), np.float32), device_option)
+    with core.DeviceScope(policy.device):
+        resnet50_features(model, policy)
+    runtime.feed("images", np.zeros((s.batch_size, *s.image_shape), np.float32), policy.device)
     workspace.RunNetOnce(model.param_init_net)
     workspace.CreateNet(model.net)
     return model
@@ -91,46 +92,31 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model, params: dict, device_option) -> None:
+def load_canonical(model, params: dict, policy) -> None:
     arrays = canonical_arrays(params)
     blobs = {str(p) for p in model.params} | {str(p) for p in model.GetComputedParams()}
     assert set(arrays) == blobs, set(arrays) ^ blobs
     for name, value in arrays.items():
         assert workspace.FetchBlob(name).shape == value.shape, name
-        env.feed(name, value, device_option)
+        runtime.feed(name, value, policy.device)
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    device_option = env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):
-        model = build(s, device_option)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer: a forward-only net, no gradient operators (lesson 5)
-    with run.phase("warmup"):  # untimed warm pass: allocation and cuDNN's algorithm search land here
-        for batch in run.warmup_batches(images):
-            env.feed("images", batch, device_option)
-            workspace.RunNet(model.net)
-    assert workspace.FetchBlob("features").shape == (s.batch_size, s.feature_size)
-    for batch in run.timed_batches(images):
-        env.feed("images", batch, device_option)
-        workspace.RunNet(model.net)  # returns when the net's operators have finished
+        model = build(run.settings, policy)
+    # the warm pass takes allocation and cuDNN's algorithm search
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    device_option = env.select_device(run)
-    model = build(run.settings, device_option)
-    load_canonical(model, params, device_option)
-    run.set_parameter_count(env.parameter_count(model))
-    env.feed("images", batch["x"], device_option)
-    workspace.RunNet(model.net)
-    return {"features": workspace.FetchBlob("features").copy()}
+    policy = runtime.select_device(run)
+    model = build(run.settings, policy)
+    load_canonical(model, params, policy)
+    return runtime.parity_features(run, policy, model, batch)

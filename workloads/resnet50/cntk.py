@@ -9,7 +9,7 @@ statistics are CNTK constants (aggregate_mean / aggregate_variance), not paramet
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import cntk as env
+from workloads.runtime import cntk as runtime
 
 import cntk as C
 
@@ -22,7 +22,7 @@ MATCHED = (
     "stem, the strided 3x3s and the 3x3 max pool; 1x1 convolutions unpadded",
     "convolution kernels (out, in, height, width): canonical OIHW as is; no convolution biases",
     "batch norm: scale/bias are the canonical gamma/beta, aggregate_mean/aggregate_variance the moving "
-    "statistics; epsilon 1e-5 (CNTK's default too); eval() uses the running statistics (lesson 5)",
+    "statistics; epsilon 1e-5 (CNTK's default too); eval() uses the running statistics (FAIRNESS.md: eval-mode)",
     "NCHW input, CNTK's only image layout; global average pool then reshape to 2048",
 )
 
@@ -34,7 +34,7 @@ EXPANSION = 4
 
 
 def resnet50_features(s):
-    """The network as a CNTK function of its image input; returns (images, features, layers by canonical name)."""
+    """The network as a CNTK function of its one input, the images; returns (features, layers by canonical name)."""
     layers = {}
 
     def conv(x, name, filters, size, stride=1):  # pad=True: PyTorch's padding=size//2 (odd sizes)
@@ -62,7 +62,7 @@ def resnet50_features(s):
             x = bottleneck(x, "stage{}.block{}".format(stage, block), width, stride if block == 0 else 1,
                            project=block == 0)
     features = C.reshape(C.layers.GlobalAveragePooling()(x), (s.feature_size,))  # (2048, 1, 1) -> 2048
-    return images, features, layers
+    return features, layers
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -95,30 +95,19 @@ def load_canonical(layers: dict, params: dict) -> None:
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):
-        inputs, features, _ = resnet50_features(s)
-    run.set_parameter_count(env.parameter_count(features))
-
-    # --- infer
-    with run.phase("warmup"):  # untimed warm pass: graph compilation and cuDNN algorithm search land here
-        for batch in run.warmup_batches(images):
-            output = features.eval({inputs: batch})  # eval: inference, no gradients (lesson 5)
-    assert output.shape == (s.batch_size, s.feature_size), output.shape
-    for batch in run.timed_batches(images):
-        output = features.eval({inputs: batch})  # a numpy array: the device has finished
+        features, _ = resnet50_features(s)
+    # the warm pass takes graph compilation and cuDNN's algorithm search; eval() is inference
+    runtime.extract_features(run, policy, features, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    env.select_device(run)
-    inputs, features, layers = resnet50_features(s)
+    policy = runtime.select_device(run)
+    features, layers = resnet50_features(run.settings)
     load_canonical(layers, params)
-    run.set_parameter_count(env.parameter_count(features))
-    return {"features": features.eval({inputs: batch["x"]})}
+    return runtime.parity_features(run, policy, features, batch)

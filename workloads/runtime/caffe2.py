@@ -1,10 +1,11 @@
-"""Caffe2's device, precision and provenance switches, shared by the three Caffe2 workloads.
+"""Caffe2's device policy and its training / evaluation / inference loops, shared by the three workloads.
 
 Caffe2 was merged into PyTorch in 2018; its Python API (caffe2.python: core, workspace, brew,
 model_helper) last shipped compiled in PyPI's torch 1.10.2 wheels, for Python 3.6 to 3.9 (see
 images/caffe2/FINDING.md). These rows run that API on Python 3.9. A model is two nets of operators
 on named blobs in a global workspace: param_init_net (run once) and net (run per batch); numpy
-arrays go in with FeedBlob and come out with FetchBlob.
+arrays go in with FeedBlob and come out with FetchBlob. The workload files build the nets; the
+loops here run them, on top of workloads/common/loop.py.
 """
 from importlib import metadata
 
@@ -12,21 +13,33 @@ import numpy as np
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 # PyPI's torch 1.10.2 is a CUDA 10.2 / cuDNN 7 build: no code for GPUs past Turing (7.5).
 MAX_COMPUTE_CAPABILITY = (7, 5)
 
 
-def select_device(run: Run):
-    """Pick the device, refuse what it cannot do (before any work); returns its DeviceOption."""
+class Caffe2Policy(Policy):
+    """``device`` is the DeviceOption every net and blob is placed with; ``name`` says "cpu" or "cuda";
+    ``operator_arguments`` go to every convolution, pooling and batch norm: on a GPU, cuDNN with its
+    exhaustive algorithm search (FAIRNESS.md: autotune)."""
+
+    def __init__(self, device, precision: str, name: str):
+        super().__init__(device, precision)
+        self.name = name
+        self.operator_arguments = {"engine": "CUDNN", "cudnn_exhaustive_search": True} if name == "cuda" else {}
+
+
+def select_device(run: Run) -> Caffe2Policy:
+    """Pick the device, refuse what it cannot do (before any work), reset the workspace."""
     workspace.GlobalInit(["caffe2", "--caffe2_log_level=2"])  # warnings and errors only
     gpus = workspace.NumCudaDevices() if workspace.has_gpu_support else 0
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to Caffe2 on this host")
     on_gpu = gpus > 0 and run.requested_device != "cpu"
-    if run.precision != "fp32":
+    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
         raise Unsupported("{}: the Caffe2 rows run fp32 only (Caffe2's fp16 needs FloatToHalf casts and "
                           "fp16 operators throughout; CUDA 10.2 predates TF32 and bf16)".format(run.precision))
     gpu_name, cuda_version = None, None
@@ -49,14 +62,8 @@ def select_device(run: Run):
     )
     workspace.ResetWorkspace()
     np.random.seed(SEED)
-    return core.DeviceOption(caffe2_pb2.CUDA if on_gpu else caffe2_pb2.CPU, 0, random_seed=SEED)
-
-
-def arguments(device_option) -> dict:
-    """Operator arguments for this device: cuDNN with its algorithm search on a GPU (lesson 1)."""
-    if device_option.device_type == caffe2_pb2.CUDA:
-        return {"engine": "CUDNN", "cudnn_exhaustive_search": True}
-    return {}
+    device_option = core.DeviceOption(caffe2_pb2.CUDA if on_gpu else caffe2_pb2.CPU, 0, random_seed=SEED)
+    return Caffe2Policy(device_option, run.precision, device)
 
 
 def feed(name: str, array: np.ndarray, device_option) -> None:
@@ -72,3 +79,65 @@ def glorot(fan_in: int, fan_out: int):
     """Glorot-uniform as a Caffe2 fill (Caffe2's XavierFill is uniform over +-sqrt(3 / fan_in))."""
     limit = float(np.sqrt(6.0 / (fan_in + fan_out)))
     return ("UniformFill", {"min": -limit, "max": limit})
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+class Classifier:
+    """A Caffe2 classifier: a training net (forward, gradients, updates; blob "labels" in, blob "loss"
+    out) and a test net (blob "logits" out) over the same parameter blobs, both instantiated, and
+    ``feed_inputs(x)``, which puts a numpy batch's inputs into the workspace."""
+
+    def __init__(self, train, test, feed_inputs, policy: Caffe2Policy):
+        self.train, self.test = train, test
+        self.feed_inputs = feed_inputs
+        self.device = policy.device
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> None:
+        """One optimizer step; the loss stays a blob until the epoch ends."""
+        self.feed_inputs(x)
+        feed("labels", y.astype(np.int32), self.device)  # SoftmaxWithLoss takes int32 labels
+        workspace.RunNet(self.train.net)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """Logits from the test net: dropout off, is_test=1 (FAIRNESS.md: eval-mode)."""
+        self.feed_inputs(x)
+        workspace.RunNet(self.test.net)
+        return workspace.FetchBlob("logits").copy()
+
+    def count_correct(self, x: np.ndarray, y: np.ndarray) -> int:
+        return int((self.forward(x).argmax(axis=1) == y).sum())
+
+
+def train_and_evaluate(run: Run, policy: Caffe2Policy, classifier: Classifier, data) -> None:
+    """Train every epoch, then evaluate the test set. Caffe2 reports no peak device memory."""
+    run.set_parameter_count(parameter_count(classifier.train))
+    loop.train(run, data, classifier.step, loss_value=lambda _: float(workspace.FetchBlob("loss")))
+    loop.evaluate(run, data, classifier.count_correct)
+
+
+def parity_steps(run: Run, policy: Caffe2Policy, classifier: Classifier, batch: dict) -> dict:
+    """The logits on the canonical weights, then after canonical.PARITY_STEPS steps on the batch."""
+    run.set_parameter_count(parameter_count(classifier.train))
+    return loop.parity_outputs(classifier.forward, classifier.step, batch)
+
+
+def extract_features(run: Run, policy: Caffe2Policy, model, images: np.ndarray) -> None:
+    """The warm pass then the timed pass of a forward-only net (blob "images" in, "features" out; no
+    gradient operators: FAIRNESS.md, eval-mode). RunNet returns when the net's operators have finished;
+    the features stay a blob, fetched once to check their shape."""
+    run.set_parameter_count(parameter_count(model))
+
+    def forward(batch: np.ndarray) -> str:
+        feed("images", batch, policy.device)
+        workspace.RunNet(model.net)
+        return "features"
+
+    loop.infer(run, images, forward, shape_of=lambda blob: workspace.FetchBlob(blob).shape)
+
+
+def parity_features(run: Run, policy: Caffe2Policy, model, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    feed("images", batch["x"], policy.device)
+    workspace.RunNet(model.net)
+    return {"features": workspace.FetchBlob("features").copy()}

@@ -1,4 +1,7 @@
-"""CNTK's device, precision and provenance switches, and the numpy layout conversions its workloads use.
+"""CNTK's device policy, its training / evaluation / inference loops, and the numpy layout conversions.
+
+The three CNTK workload files build their networks and learners and hand them here: the loops are
+written once, on top of workloads/common/loop.py.
 
 CNTK 2.7 (2019) is the last release: Python 3.6 at most, CUDA 10.0 / cuDNN 7. Everything in this
 file and in the three CNTK workload files runs on Python 3.6 (no f-string "=", no walrus, no
@@ -14,7 +17,8 @@ import os
 
 import numpy as np
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 MPI_MISSING = ("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
@@ -35,14 +39,23 @@ MAX_COMPUTE_CAPABILITY = (7, 5)
 
 # --- device, precision, provenance ----------------------------------------------------------------
 
-def select_device(run: Run) -> str:
-    """Pick the device ("cpu" or "cuda"), refuse what it cannot do (before any work), set the switches."""
+class CNTKPolicy(Policy):
+    """``device`` is "cpu" or "cuda" (CNTK's default device is set to it); ``fused_rnn`` says whether
+    the GRU runs cuDNN's optimized_rnnstack, which has no CPU kernel (FAIRNESS.md: fused-rnn)."""
+
+    def __init__(self, device: str, precision: str):
+        super().__init__(device, precision)
+        self.fused_rnn = device == "cuda"
+
+
+def select_device(run: Run) -> CNTKPolicy:
+    """Pick the device, refuse what it cannot do (before any work), set the switches."""
     gpus = [d for d in C.device.all_devices() if d.type() == C.device.DeviceKind.GPU]
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only "
                           "cntk wheel; cntk-gpu needs CUDA 10.0 / cuDNN 7)")
     on_gpu = bool(gpus) and run.requested_device != "cpu"
-    if run.precision != "fp32":
+    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
         raise Unsupported("{}: the CNTK rows run fp32 only (CNTK 2.7 predates TF32 and bf16, and its fp16 "
                           "is not exposed through these layers and learners)".format(run.precision))
     gpu_name = None
@@ -70,7 +83,7 @@ def select_device(run: Run) -> str:
                 "cudnn_autotune": "CNTK's default (cuDNN algorithms chosen by measuring)" if on_gpu else "n/a",
                 "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
     )
-    return device
+    return CNTKPolicy(device, run.precision)
 
 
 _pending = []  # the last value a step left on the device, for _sync
@@ -100,6 +113,71 @@ def parameter_count(function) -> int:
 def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
     """cross_entropy_with_softmax takes one-hot targets: integer labels become float32 rows."""
     return np.eye(classes, dtype=np.float32)[labels]
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+class Classifier:
+    """A CNTK network of one input, its logits, and the Trainer that fits them.
+
+    ``loss(logits, labels)`` is the workload's loss on one-hot labels (per sample: the Trainer
+    averages the batch), ``learner`` its optimizer over ``logits.parameters``. A learner built for
+    one batch size (one that divides a summed gradient by it) passes ``batch_size``, and every step
+    checks it.
+    """
+
+    def __init__(self, logits, loss, learner, batch_size=None):
+        (self.inputs,) = logits.arguments  # the images or the token sequences
+        self.logits = logits
+        self.classes = logits.shape[-1]
+        self.labels = C.input_variable(self.classes, name="labels")
+        self.trainer = C.Trainer(logits, (loss(logits, self.labels), None), [learner])
+        self.batch_size = batch_size
+
+    def feed(self, x: np.ndarray):
+        """A numpy batch in the input's dtype (token indices become float32, CNTK's input type)."""
+        return x.astype(self.inputs.dtype, copy=False)
+
+    def step(self, x: np.ndarray, y: np.ndarray):
+        """One optimizer step; returns the Trainer, whose loss stays inside CNTK until the epoch ends."""
+        assert self.batch_size is None or len(x) == self.batch_size, (len(x), self.batch_size)
+        self.trainer.train_minibatch({self.inputs: self.feed(x), self.labels: one_hot(y, self.classes)})
+        keep_for_sync(self.trainer)
+        return self.trainer
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """Logits in inference mode: eval() runs no dropout (FAIRNESS.md: eval-mode)."""
+        return self.logits.eval({self.inputs: self.feed(x)})
+
+    def count_correct(self, x: np.ndarray, y: np.ndarray) -> int:
+        return int((self.forward(x).argmax(axis=1) == y).sum())
+
+
+def train_and_evaluate(run: Run, policy: CNTKPolicy, classifier: Classifier, data) -> None:
+    """Train every epoch, then evaluate the test set. CNTK reports no peak device memory."""
+    run.set_parameter_count(parameter_count(classifier.logits))
+    loop.train(run, data, classifier.step, loss_value=lambda trainer: trainer.previous_minibatch_loss_average)
+    loop.evaluate(run, data, classifier.count_correct)
+
+
+def parity_steps(run: Run, policy: CNTKPolicy, classifier: Classifier, batch: dict) -> dict:
+    """The logits on the canonical weights, then after canonical.PARITY_STEPS steps on the batch."""
+    run.set_parameter_count(parameter_count(classifier.logits))
+    return loop.parity_outputs(classifier.forward, classifier.step, batch)
+
+
+def extract_features(run: Run, policy: CNTKPolicy, features, images: np.ndarray) -> None:
+    """The warm pass then the timed pass; eval() is inference, with no gradients (FAIRNESS.md: eval-mode).
+    Each eval returns a numpy array, so the device has finished when it returns."""
+    (inputs,) = features.arguments
+    run.set_parameter_count(parameter_count(features))
+    loop.infer(run, images, lambda batch: features.eval({inputs: batch}))
+
+
+def parity_features(run: Run, policy: CNTKPolicy, features, batch: dict) -> dict:
+    (inputs,) = features.arguments
+    run.set_parameter_count(parameter_count(features))
+    return {"features": features.eval({inputs: batch["x"]})}
 
 
 # --- canonical layouts -> CNTK's, numpy only ------------------------------------------------------
