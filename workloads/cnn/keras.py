@@ -10,7 +10,7 @@ from keras import layers
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import keras as env
+from workloads.runtime import keras as runtime
 
 MATCHED = (
     "input NCHW as every framework; channels_last models transpose it in the graph (Permute) and "
@@ -53,6 +53,16 @@ def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
     return keras.Model(images, logits, name="vgg_style_cnn")
 
 
+# --- loss and optimizer -------------------------------------------------------------------------
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    # jit_compile="auto": XLA on JAX, and on TensorFlow with a GPU; a tf.function on TensorFlow's
+    # CPU; eager on PyTorch (torch.compile needs a compiler in the image).
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=s.learning_rate, momentum=s.momentum),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: keras.Model, params: dict) -> None:
@@ -64,59 +74,26 @@ def load_canonical(model: keras.Model, params: dict) -> None:
         model.get_layer(name).set_weights([params[f"{name}.kernel"], params[f"{name}.bias"]])
 
 
-def compile_model(model: keras.Model, s) -> keras.Model:
-    # jit_compile="auto": XLA on JAX, and on TensorFlow with a GPU; a tf.function on TensorFlow's
-    # CPU; eager on PyTorch (torch.compile needs a compiler in the image).
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=s.learning_rate, momentum=s.momentum),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        model = compile_model(vgg_style_cnn(s, env.data_format()), s)
-        train_step = env.TrainStep(model)  # model.train_on_batch, without a host sync per step
-    run.set_parameter_count(env.parameter_count(model))
-    env.record_compiled(run, model)
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(images, labels)
-        train_step.sync_weights()  # JAX: the epoch's state back into the model's variables
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            logits = model.predict_on_batch(images)  # inference mode: dropout off (lesson 5)
-            correct += int((logits.argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
-    env.record_peak_memory(run)
+        model = compile_model(vgg_style_cnn(s, policy.data_format), s)
+    runtime.train_and_evaluate(run, policy, model, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    model = compile_model(vgg_style_cnn(s, env.data_format(), dropout=False), s)
+    model = compile_model(vgg_style_cnn(s, policy.data_format, dropout=False), s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    logits = model.predict_on_batch(batch["x"])
-    train_step = env.TrainStep(model)  # the benchmark's own step: train_on_batch first, then the fast path
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    train_step.sync_weights()
-    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}
+    return runtime.parity_steps(run, policy, model, batch)

@@ -7,7 +7,7 @@ cross_entropy_with_softmax). Compare with workloads/cnn/keras.py: the same model
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import keras_cntk as env
+from workloads.runtime import keras_cntk as runtime
 
 import keras
 from keras import layers
@@ -56,6 +56,14 @@ def vgg_style_cnn(s, dropout: bool = True) -> "keras.Model":
     return keras.Model(images, logits, name="vgg_style_cnn")
 
 
+# --- loss and optimizer -------------------------------------------------------------------------
+
+def compile_model(model: "keras.Model", s) -> "keras.Model":
+    model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
+                  loss=runtime.cross_entropy_from_logits)
+    return model
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def canonical_arrays(params: dict) -> dict:
@@ -75,51 +83,26 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
         model.get_layer(name).set_weights(weights)
 
 
-def compile_model(model: "keras.Model", s) -> "keras.Model":
-    model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
-                  loss=env.cross_entropy_from_logits)
-    return model
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
         model = compile_model(vgg_style_cnn(s), s)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = model.train_on_batch(images, env.one_hot(labels, s.classes))
-        run.end_epoch(loss)
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            logits = model.predict_on_batch(images)  # inference mode: dropout off (lesson 5)
-            correct += int((logits.argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
+    runtime.train_and_evaluate(run, policy, model, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
     model = compile_model(vgg_style_cnn(s, dropout=False), s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    logits = model.predict_on_batch(batch["x"])
-    for _ in range(canonical.PARITY_STEPS):
-        model.train_on_batch(batch["x"], env.one_hot(batch["y"], s.classes))
-    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}
+    return runtime.parity_steps(run, policy, model, batch)

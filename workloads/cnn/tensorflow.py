@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import tensorflow as env
+from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
     "convolution kernels stored HWIO: canonical OIHW transposed",
@@ -23,21 +23,26 @@ MATCHED = (
 # --- model --------------------------------------------------------------------------------------
 
 class VGGStyleCNN(tf.Module):
-    def __init__(self, s, layout: str):
+    def __init__(self, s, layout: str, dropout: bool = True):
         super().__init__()
         self.layout = layout
+        # the parity check trains with dropout off: dropout is random and frameworks' generators differ
+        self.dropout = dropout
         self.dropout_conv, self.dropout_dense = s.dropout_conv, s.dropout_dense
         channels, flat = s.image_shape[0], s.conv2_filters * 8 * 8
 
         def conv(cin, cout):  # HWIO kernel, Glorot uniform, zero bias
-            return env.glorot_uniform((3, 3, cin, cout), 9 * cin, 9 * cout), env.zeros((cout,))
+            return runtime.glorot_uniform((3, 3, cin, cout), 9 * cin, 9 * cout), runtime.zeros((cout,))
+
+        def dense(fan_in, fan_out):  # (in, out) kernel, Glorot uniform, zero bias
+            return runtime.glorot_uniform((fan_in, fan_out), fan_in, fan_out), runtime.zeros((fan_out,))
 
         self.conv1 = conv(channels, s.conv1_filters)
         self.conv2 = conv(s.conv1_filters, s.conv1_filters)
         self.conv3 = conv(s.conv1_filters, s.conv2_filters)
         self.conv4 = conv(s.conv2_filters, s.conv2_filters)
-        self.dense1 = env.glorot_uniform((flat, s.dense_units), flat, s.dense_units), env.zeros((s.dense_units,))
-        self.dense2 = env.glorot_uniform((s.dense_units, s.classes), s.dense_units, s.classes), env.zeros((s.classes,))
+        self.dense1 = dense(flat, s.dense_units)
+        self.dense2 = dense(s.dense_units, s.classes)
 
     def _conv(self, x, layer):
         kernel, bias = layer
@@ -48,6 +53,7 @@ class VGGStyleCNN(tf.Module):
         return tf.nn.max_pool2d(x, ksize=2, strides=2, padding="VALID", data_format=self.layout)
 
     def __call__(self, images, training: bool = False):  # images: (N, C, H, W), the canonical layout
+        training = training and self.dropout  # training=False: dropout off (FAIRNESS.md: eval-mode)
         x = tf.transpose(images, [0, 2, 3, 1]) if self.layout == "NHWC" else images
         x = tf.nn.relu(self._conv(x, self.conv1))
         x = tf.nn.relu(self._pool(self._conv(x, self.conv2)))
@@ -66,6 +72,11 @@ class VGGStyleCNN(tf.Module):
         return tf.matmul(x, self.dense2[0]) + self.dense2[1]  # logits: softmax lives in the loss
 
 
+# --- loss and optimizer -------------------------------------------------------------------------
+
+loss_function = runtime.cross_entropy  # mean softmax cross-entropy of the logits
+
+
 class SGDMomentum(tf.Module):
     """Plain momentum, PyTorch's form: v = m*v + g; w -= lr*v (v starts at zero)."""
 
@@ -78,6 +89,10 @@ class SGDMomentum(tf.Module):
         for gradient, velocity, variable in zip(gradients, self.velocities, variables):
             velocity.assign(self.momentum * velocity + gradient)
             variable.assign_sub(self.learning_rate * velocity)
+
+
+def make_optimizer(model, s):
+    return SGDMomentum(model.trainable_variables, s.learning_rate, s.momentum)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -94,64 +109,26 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
         bias.assign(params[f"{name}.bias"])
 
 
-def make_train_step(model, optimizer, training: bool = True):
-    @env.tf_function
-    def train_step(images, labels):
-        with tf.GradientTape() as tape:
-            loss = env.cross_entropy(model(images, training=training), labels)
-        variables = model.trainable_variables
-        optimizer.apply(tape.gradient(loss, variables), variables)
-        return loss  # a tensor: nothing is read back to the host per step
-    return train_step
-
-
-def make_optimizer(model, s):
-    return SGDMomentum(model.trainable_variables, s.learning_rate, s.momentum)
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        model = VGGStyleCNN(s, env.layout(device))
-        train_step = make_train_step(model, make_optimizer(model, s))
-        predict = env.tf_function(lambda images: tf.argmax(model(images, training=False), axis=1))
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(images, labels)
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = tf.constant(0, tf.int64), 0  # training=False: dropout off (lesson 5)
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            correct += tf.reduce_sum(tf.cast(predict(images) == labels, tf.int64))
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run, device)
+        model = VGGStyleCNN(s, policy.layout)
+        optimizer = make_optimizer(model, s)
+    runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device = env.select_device(run)
-    model = VGGStyleCNN(s, env.layout(device))
+    policy = runtime.select_device(run)
+    model = VGGStyleCNN(s, policy.layout, dropout=False)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    images, labels = tf.constant(batch["x"]), tf.constant(batch["y"])
-    logits = model(images, training=False).numpy()
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    train_step = make_train_step(model, make_optimizer(model, s), training=False)
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(images, labels)
-    return {"logits": logits, "logits_after_training": model(images, training=False).numpy()}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), loss_function, batch)

@@ -2,7 +2,7 @@
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/common/hyperparams.py. keras.layers.GRU(reset_after=True) is the cuDNN form: on a GPU the
-TensorFlow and PyTorch backends run cuDNN's fused kernel (lesson 2); JAX has no fused GRU, so
+TensorFlow and PyTorch backends run cuDNN's fused kernel (FAIRNESS.md: fused-rnn); JAX has no fused GRU, so
 Keras runs a lax.scan with the input projections of all time steps hoisted into one matmul.
 """
 import keras
@@ -11,7 +11,7 @@ from keras import layers, ops
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import keras as env
+from workloads.runtime import keras as runtime
 
 MATCHED = (
     "GRU reset_after=True is the canonical (cuDNN) form; Keras orders gates z, r, n: canonical r, z, n "
@@ -42,6 +42,8 @@ def gru_classifier(s) -> keras.Model:
     return keras.Model(tokens, logits, name="gru_classifier")
 
 
+# --- loss and optimizer -------------------------------------------------------------------------
+
 class Adam(keras.optimizers.Adam):
     """Keras' Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
 
@@ -54,7 +56,7 @@ class Adam(keras.optimizers.Adam):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        gradient = ops.cast(env.dense_gradient(gradient), dtype)
+        gradient = ops.cast(runtime.dense_gradient(gradient), dtype)
         step = ops.cast(self.iterations + 1, dtype)
         correction1 = 1 - ops.power(ops.cast(self.beta_1, dtype), step)
         correction2 = 1 - ops.power(ops.cast(self.beta_2, dtype), step)
@@ -65,6 +67,15 @@ class Adam(keras.optimizers.Adam):
         denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
         self.assign_sub(variable, ops.divide(ops.multiply(m, ops.cast(learning_rate, dtype) / correction1),
                                              denominator))
+
+
+def compile_model(model: keras.Model, s) -> keras.Model:
+    # jit_compile="auto", as the CNN; TensorFlow with cuDNN's GRU runs without XLA (cuDNN's RNN ops
+    # are not XLA ops): the result's jit_compile extra records what it resolved to.
+    model.compile(optimizer=Adam(learning_rate=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2,
+                                 epsilon=s.epsilon),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -81,57 +92,25 @@ def load_canonical(model: keras.Model, params: dict) -> None:
     model.get_layer("dense").set_weights([params["dense.kernel"], params["dense.bias"]])
 
 
-def compile_model(model: keras.Model, s) -> keras.Model:
-    model.compile(optimizer=Adam(learning_rate=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2,
-                                                  epsilon=s.epsilon),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
         model = compile_model(gru_classifier(s), s)
-        train_step = env.TrainStep(model)  # model.train_on_batch, without a host sync per step
-    run.set_parameter_count(env.parameter_count(model))
-    env.record_compiled(run, model)  # TensorFlow with cuDNN: no XLA (cuDNN's RNN ops are not XLA ops)
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(tokens, labels)
-        train_step.sync_weights()  # JAX: the epoch's state back into the model's variables
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            logits = model.predict_on_batch(tokens)
-            correct += int((logits.argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
-    env.record_peak_memory(run)
+    runtime.train_and_evaluate(run, policy, model, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = compile_model(gru_classifier(s), s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    logits = model.predict_on_batch(batch["x"])
-    train_step = env.TrainStep(model)  # the benchmark's own step: train_on_batch first, then the fast path
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    train_step.sync_weights()
-    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}
+    return runtime.parity_steps(run, policy, model, batch)

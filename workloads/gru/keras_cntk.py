@@ -4,11 +4,11 @@ embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings 
 workloads/common/hyperparams.py. Compare with workloads/gru/keras.py (Keras 3): Keras 2.2's GRU
 defaults to the other GRU (reset_after=False) with a hard sigmoid, so both are set here; its
 fused cuDNN layer (CuDNNGRU) exists for TensorFlow only, so on CNTK the GRU is Keras' own
-recurrence on a GPU too (lesson 2 cannot be followed from Keras on CNTK).
+recurrence on a GPU too (FAIRNESS.md: fused-rnn cannot be followed from Keras on CNTK).
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import keras_cntk as env
+from workloads.runtime import keras_cntk as runtime
 
 import keras
 import numpy as np
@@ -46,6 +46,8 @@ def gru_classifier(s) -> "keras.Model":
     return keras.Model(tokens, logits, name="gru_classifier")
 
 
+# --- loss and optimizer -------------------------------------------------------------------------
+
 class Adam(keras.optimizers.Adam):
     """Keras 2.2's Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
 
@@ -69,6 +71,12 @@ class Adam(keras.optimizers.Adam):
         return self.updates
 
 
+def compile_model(model: "keras.Model", s) -> "keras.Model":
+    model.compile(optimizer=Adam(lr=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2, epsilon=s.epsilon),
+                  loss=runtime.cross_entropy_from_logits)
+    return model
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def canonical_arrays(params: dict) -> dict:
@@ -87,50 +95,25 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
         model.get_layer(name).set_weights(weights)
 
 
-def compile_model(model: "keras.Model", s) -> "keras.Model":
-    model.compile(optimizer=Adam(lr=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2, epsilon=s.epsilon),
-                  loss=env.cross_entropy_from_logits)
-    return model
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
         model = compile_model(gru_classifier(s), s)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = model.train_on_batch(tokens, env.one_hot(labels, s.classes))
-        run.end_epoch(loss)
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = 0, 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            logits = model.predict_on_batch(tokens)
-            correct += int((logits.argmax(axis=1) == labels).sum())
-            total += len(labels)
-    run.record_accuracy(correct, total)
+    runtime.train_and_evaluate(run, policy, model, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = compile_model(gru_classifier(s), s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    logits = model.predict_on_batch(batch["x"])
-    for _ in range(canonical.PARITY_STEPS):
-        model.train_on_batch(batch["x"], env.one_hot(batch["y"], s.classes))
-    return {"logits": logits, "logits_after_training": model.predict_on_batch(batch["x"])}
+    return runtime.parity_steps(run, policy, model, batch)

@@ -3,13 +3,12 @@
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/common/hyperparams.py. The GRU cell is written out (cuDNN's reset-after form) and run
 over time-major input with tf.scan; on a GPU the same weights feed cuDNN's fused GRU kernel
-(tf.raw_ops.CudnnRNNV3, lesson 2) unless XLA is on (XLA cannot compile that op).
+(tf.raw_ops.CudnnRNNV3; FAIRNESS.md: fused-rnn) unless XLA is on (XLA cannot compile that op).
 """
 import tensorflow as tf
 
-from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import tensorflow as env
+from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
     "GRU written out in cuDNN's reset-after form, gates r, z, n, two bias vectors per gate: canonical as is",
@@ -34,11 +33,11 @@ class GRUClassifier(tf.Module):
         self.fused, hidden = fused, s.hidden_size  # fused: cuDNN's kernel (GPU only)
         self.embeddings = tf.Variable(tf.random.uniform((s.vocabulary, s.embedding_size), -0.05, 0.05))
         # Canonical layout: x @ kernel, columns [reset | update | new]; two bias vectors per gate.
-        self.kernel = env.glorot_uniform((s.embedding_size, 3 * hidden), s.embedding_size, 3 * hidden)
+        self.kernel = runtime.glorot_uniform((s.embedding_size, 3 * hidden), s.embedding_size, 3 * hidden)
         self.recurrent_kernel = orthogonal(hidden, 3 * hidden)
-        self.input_bias, self.recurrent_bias = env.zeros((3 * hidden,)), env.zeros((3 * hidden,))
-        self.dense_kernel = env.glorot_uniform((hidden, s.classes), hidden, s.classes)
-        self.dense_bias = env.zeros((s.classes,))
+        self.input_bias, self.recurrent_bias = runtime.zeros((3 * hidden,)), runtime.zeros((3 * hidden,))
+        self.dense_kernel = runtime.glorot_uniform((hidden, s.classes), hidden, s.classes)
+        self.dense_bias = runtime.zeros((s.classes,))
 
     def gru_step(self, h, x_projected):
         """One time step; x_projected = x @ kernel + input_bias, computed for all steps at once."""
@@ -68,9 +67,14 @@ class GRUClassifier(tf.Module):
         return outputs
 
     def __call__(self, tokens, training: bool = False):  # tokens: (batch, time)
-        x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC), lesson 3
+        x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC; FAIRNESS.md: layouts)
         outputs = self.gru_cudnn(x, training) if self.fused else self.gru_scan(x)
         return tf.matmul(outputs[-1], self.dense_kernel) + self.dense_bias  # the last time step's output
+
+
+# --- loss and optimizer -------------------------------------------------------------------------
+
+loss_function = runtime.cross_entropy  # mean softmax cross-entropy of the logits
 
 
 class Adam(tf.Module):
@@ -106,64 +110,27 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
     model.dense_bias.assign(params["dense.bias"])
 
 
-def make_train_step(model, optimizer):
-    @env.tf_function
-    def train_step(tokens, labels):
-        with tf.GradientTape() as tape:
-            loss = env.cross_entropy(model(tokens, training=True), labels)
-        variables = model.trainable_variables
-        optimizer.apply(tape.gradient(loss, variables), variables)
-        return loss  # a tensor: nothing is read back to the host per step
-    return train_step
-
-
-def fused_gru(device: str) -> bool:
-    return device == "cuda" and not env.XLA
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
-    run.set_provenance(extras={"gru": "cuDNN CudnnRNNV3" if fused_gru(device) else "tf.scan"})
+    policy = runtime.select_device(run)
+    run.set_provenance(extras={"gru": "cuDNN CudnnRNNV3" if policy.fused_rnn else "tf.scan"})
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
-        model = GRUClassifier(s, fused_gru(device))
-        train_step = make_train_step(model, Adam(model.trainable_variables, s))
-        predict = env.tf_function(lambda tokens: tf.argmax(model(tokens), axis=1))
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(tokens, labels)
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        correct, total = tf.constant(0, tf.int64), 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            correct += tf.reduce_sum(tf.cast(predict(tokens) == labels, tf.int64))
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run, device)
+        model = GRUClassifier(s, policy.fused_rnn)
+        optimizer = Adam(model.trainable_variables, s)
+    runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device = env.select_device(run)
-    model = GRUClassifier(s, fused_gru(device))
+    policy = runtime.select_device(run)
+    model = GRUClassifier(s, policy.fused_rnn)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    tokens, labels = tf.constant(batch["x"]), tf.constant(batch["y"])
-    logits = model(tokens).numpy()
-    train_step = make_train_step(model, Adam(model.trainable_variables, s))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(tokens, labels)
-    return {"logits": logits, "logits_after_training": model(tokens).numpy()}
+    return runtime.parity_steps(run, policy, model, Adam(model.trainable_variables, s), loss_function, batch)

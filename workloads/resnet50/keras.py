@@ -10,7 +10,7 @@ from keras import layers
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import keras as env
+from workloads.runtime import keras as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (keras.applications is v1)",
@@ -94,35 +94,20 @@ def load_canonical(model: keras.Model, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        model = resnet50_features(s, env.data_format())
-    run.set_parameter_count(env.parameter_count(model))
-    env.record_compiled(run, model)
-
-    # --- infer
-    # predict_on_batch: inference mode (batch norm on moving statistics), no gradients (lesson 5),
-    # compiled (XLA on JAX and on TensorFlow with a GPU, a tf.function on TensorFlow's CPU, eager
-    # under torch.no_grad on PyTorch); it returns numpy, so each batch ends on the host.
-    with run.phase("warmup"):  # untimed warm pass: tracing, compilation and autotuning land here
-        for batch in run.warmup_batches(images):
-            features = model.predict_on_batch(batch)
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):
-        features = model.predict_on_batch(batch)
-    env.record_peak_memory(run)
+        model = resnet50_features(run.settings, policy.data_format)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    env.select_device(run)
-    model = resnet50_features(run.settings, env.data_format())
+    policy = runtime.select_device(run)
+    model = resnet50_features(run.settings, policy.data_format)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    return {"features": model.predict_on_batch(batch["x"])}
+    return runtime.parity_features(run, policy, model, batch)

@@ -7,7 +7,7 @@ Random weights and random inputs (seed 0): weights do not change the timing.
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
-from workloads.runtime import keras_cntk as env
+from workloads.runtime import keras_cntk as runtime
 
 import keras
 from keras import layers
@@ -100,32 +100,20 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        model = resnet50_features(s)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    # predict_on_batch: inference mode (batch norm on moving statistics), no gradients (lesson 5);
-    # it returns numpy, so each batch ends on the host.
-    with run.phase("warmup"):  # untimed warm pass: graph building and cuDNN algorithm search land here
-        for batch in run.warmup_batches(images):
-            features = model.predict_on_batch(batch)
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):
-        features = model.predict_on_batch(batch)
+        model = resnet50_features(run.settings)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = resnet50_features(run.settings)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    return {"features": model.predict_on_batch(batch["x"])}
+    return runtime.parity_features(run, policy, model, batch)

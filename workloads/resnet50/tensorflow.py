@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import tensorflow as env
+from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -56,8 +56,8 @@ class ResNet50Features(tf.Module):
 
     def _batch_norm(self, name, channels):
         self.params[f"{name}.gamma"] = tf.Variable(tf.ones(channels))
-        self.params[f"{name}.beta"] = env.zeros(channels)
-        self.params[f"{name}.moving_mean"] = env.zeros(channels, trainable=False)
+        self.params[f"{name}.beta"] = runtime.zeros(channels)
+        self.params[f"{name}.moving_mean"] = runtime.zeros(channels, trainable=False)
         self.params[f"{name}.moving_variance"] = tf.Variable(tf.ones(channels), trainable=False)
 
     # --- layers
@@ -67,7 +67,7 @@ class ResNet50Features(tf.Module):
         return tf.nn.conv2d(x, self.params[f"{name}.kernel"], strides=stride, padding=padding,
                             data_format=self.layout)
 
-    def batch_norm(self, x, name):  # inference: the moving statistics (lesson 5)
+    def batch_norm(self, x, name):  # inference: the moving statistics (FAIRNESS.md: eval-mode)
         shape = [-1] if self.layout == "NHWC" else [-1, 1, 1]  # broadcast over (N, C, H, W)
         p = lambda key: tf.reshape(self.params[f"{name}.{key}"], shape)  # noqa: E731
         return tf.nn.batch_normalization(x, p("moving_mean"), p("moving_variance"), offset=p("beta"),
@@ -110,32 +110,20 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    device = env.select_device(run)
+    policy = runtime.select_device(run)
 
     with run.phase("data_load"):
         images = run.random_images()
 
     with run.phase("model_build"):
-        model = ResNet50Features(env.layout(device))
-        forward = env.tf_function(model)  # a forward-only graph: no tape, no gradients (lesson 5)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    with run.phase("warmup"):  # untimed warm pass: tracing, compilation and autotuning land here
-        for batch in run.warmup_batches(images):
-            features = forward(batch)
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):
-        features = forward(batch)
-    env.record_peak_memory(run, device)
+        model = ResNet50Features(policy.layout)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    device = env.select_device(run)
-    model = ResNet50Features(env.layout(device))
+    policy = runtime.select_device(run)
+    model = ResNet50Features(policy.layout)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    return {"features": env.tf_function(model)(tf.constant(batch["x"])).numpy()}
+    return runtime.parity_features(run, policy, model, batch)

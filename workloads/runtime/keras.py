@@ -1,9 +1,11 @@
-"""Keras 3's device, precision and provenance switches, shared by the three Keras workloads.
+"""Keras 3's runtime: device, precision and provenance switches, and the one training, evaluation
+and inference loop the three Keras workloads share.
 
 One implementation serves three rows: `python -m workloads` sets KERAS_BACKEND to tensorflow, jax
 or torch before `import keras`. Everything that differs between the backends (seeing a GPU,
 synchronising it, TF32, the convolution layout, versions) is here; the workload files are pure
-Keras. The training step is Keras' own compiled `train_function` (see TrainStep).
+Keras. A workload hands this module its compiled model (the loss and optimizer are compile()'s);
+the training step is Keras' own compiled `train_function` (see TrainStep).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import sys
 import keras
 import numpy as np
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
@@ -68,7 +71,7 @@ class _TensorFlow:
         return str(self.tf.config.threading.get_intra_op_parallelism_threads() or "auto")
 
     def data_format(self, device: str) -> str:
-        # cuDNN's native NCHW on a GPU (lesson 3); TensorFlow's CPU kernels only run NHWC.
+        # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
         return "channels_first" if device == "cuda" else "channels_last"
 
 
@@ -139,7 +142,7 @@ class _Torch:
         # Keras' torch backend puts every tensor on its default device ("cuda" when one exists);
         # a device scope entered for the rest of this one-cell process overrides it.
         keras.device("cuda:0" if device == "cuda" else "cpu").__enter__()
-        self.torch.backends.cudnn.benchmark = True  # cuDNN autotuning (lesson 1)
+        self.torch.backends.cudnn.benchmark = True  # cuDNN autotuning (FAIRNESS.md: autotune)
 
     def capability(self) -> tuple[int, int]:
         return self.torch.cuda.get_device_capability(0)
@@ -170,12 +173,22 @@ class _Torch:
 
 _BACKEND = {"tensorflow": _TensorFlow, "jax": _Jax, "torch": _Torch}[BACKEND]()
 _last_outputs: list = [None]  # what the last JAX step returned, for run.sync
-_device: list = ["cpu"]
 
 
 # --- device and precision -------------------------------------------------------------------------
 
-def select_device(run: Run) -> str:
+class KerasPolicy(Policy):
+    """``device`` is "cpu" or "cuda". ``data_format``: the convolution layout this backend runs
+    best on this device (the models take NCHW input either way). ``dtype_policy``: Keras' own
+    mixed-precision policy, set globally (fp16 gets a LossScaleOptimizer at compile)."""
+
+    def __init__(self, device: str, precision: str):
+        super().__init__(device, precision)
+        self.data_format = _BACKEND.data_format(device)
+        self.dtype_policy = _POLICIES[precision]
+
+
+def select_device(run: Run) -> KerasPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     has_gpu = bool(_BACKEND.gpus())
     if run.requested_device == "cuda" and not has_gpu:
@@ -189,14 +202,14 @@ def select_device(run: Run) -> str:
         if precision in ("tf32", "bf16") and major < 8:
             raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
     _BACKEND.use(device)
-    _device[0] = device
+    policy = KerasPolicy(device, precision)
     if device == "cuda":
         _BACKEND.set_tf32(precision == "tf32")  # fp32 means true fp32
         run.sync = _BACKEND.sync
     elif BACKEND == "jax":
         run.sync = _BACKEND.sync  # JAX dispatches asynchronously on the CPU too
     # Mixed precision through Keras' own policy (fp16 gets a LossScaleOptimizer at compile).
-    keras.mixed_precision.set_dtype_policy(_POLICIES[precision])
+    keras.mixed_precision.set_dtype_policy(policy.dtype_policy)
     keras.utils.set_random_seed(SEED)  # Python, numpy, the backend and Keras' seed generator
     cuda_version, cudnn_version = _BACKEND.cuda_versions() if device == "cuda" else (None, None)
     run.set_provenance(
@@ -205,16 +218,11 @@ def select_device(run: Run) -> str:
         cuda_version=cuda_version,
         cudnn_version=cudnn_version,
         gpu_name=_BACKEND.gpu_name() if device == "cuda" else None,
-        extras={"keras_backend": BACKEND, "layout": data_format(),
-                "dtype_policy": _POLICIES[precision], "tf32": str(precision == "tf32").lower(),
+        extras={"keras_backend": BACKEND, "layout": policy.data_format,
+                "dtype_policy": policy.dtype_policy, "tf32": str(precision == "tf32").lower(),
                 "threads": _BACKEND.threads(), "autotune": _BACKEND.autotune if device == "cuda" else "none (CPU)"},
     )
-    return device
-
-
-def data_format() -> str:
-    """The convolution layout for this backend and device; the models take NCHW input either way."""
-    return _BACKEND.data_format(_device[0])
+    return policy
 
 
 # --- model facts ----------------------------------------------------------------------------------
@@ -232,9 +240,9 @@ def record_compiled(run: Run, model: keras.Model) -> None:
     run.set_provenance(extras=extras)
 
 
-def record_peak_memory(run: Run) -> None:
-    if _device[0] == "cuda":
-        run.result.metrics.peak_device_memory_mb = _BACKEND.peak_memory_mb()
+def record_peak_memory(run: Run, policy: KerasPolicy) -> None:
+    if policy.device == "cuda":
+        run.record_peak_device_memory(_BACKEND.peak_memory_mb())
 
 
 def dense_gradient(gradient):
@@ -302,3 +310,52 @@ class TrainStep:
         self.model.jax_state_sync()
         self.state = None
         _last_outputs[0] = None
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+def count_correct(model: keras.Model, inputs: np.ndarray, labels: np.ndarray) -> int:
+    """predict_on_batch: inference mode, dropout off (FAIRNESS.md: eval-mode); it returns numpy."""
+    return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
+
+
+def train_and_evaluate(run: Run, policy: KerasPolicy, model: keras.Model, data) -> None:
+    """Train a compiled model with `loop.train` (TrainStep: train_on_batch without a host sync per
+    step), then evaluate it on the test set."""
+    with run.phase("model_build"):
+        train_step = TrainStep(model)
+    run.set_parameter_count(parameter_count(model))
+    record_compiled(run, model)
+    # JAX: each epoch's state is written back into the model's variables after its clock stops
+    loop.train(run, data, train_step, end_epoch=train_step.sync_weights)
+    loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
+    record_peak_memory(run, policy)
+
+
+def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
+    """The logits on the canonical weights, and after `canonical.PARITY_STEPS` of the benchmark's own
+    step (train_on_batch first, then the fast path)."""
+    run.set_parameter_count(parameter_count(model))
+    train_step = TrainStep(model)
+
+    def forward(inputs):
+        train_step.sync_weights()  # JAX: the steps' state back into the model (none yet: a no-op)
+        return model.predict_on_batch(inputs)
+
+    return loop.parity_outputs(forward, train_step, batch)
+
+
+def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: np.ndarray) -> None:
+    """ResNet-50's timed inference. predict_on_batch: inference mode (batch norm on its moving
+    statistics), no gradients (FAIRNESS.md: eval-mode), compiled (XLA on JAX and on TensorFlow with a
+    GPU, a tf.function on TensorFlow's CPU, eager under torch.no_grad on PyTorch); it returns numpy,
+    so each batch ends on the host."""
+    run.set_parameter_count(parameter_count(model))
+    record_compiled(run, model)
+    loop.infer(run, images, model.predict_on_batch)
+    record_peak_memory(run, policy)
+
+
+def parity_features(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    return {"features": model.predict_on_batch(batch["x"])}

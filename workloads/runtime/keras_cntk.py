@@ -1,4 +1,5 @@
-"""Keras 2.2 on CNTK 2.7: the device, precision and provenance switches shared by the keras-cntk workloads.
+"""Keras 2.2 on CNTK 2.7's runtime: device, precision and provenance switches, and the one training,
+evaluation and inference loop the keras-cntk workloads share.
 
 The original study's Keras(CNTK) row. Keras 2.2.5 is the multi-backend Keras of that study, not
 Keras 3 (which has no CNTK backend): its own workload files (workloads/*/keras_cntk.py), Python 3.6,
@@ -6,13 +7,15 @@ KERAS_BACKEND=cntk set before `import keras` (workloads/common/naming.py; the im
 Keras' CNTK backend takes CNTK's default device once, when it is imported: the best device there is
 (a GPU when one is visible), so the device is checked here rather than chosen. The workload files
 import this module before Keras, so that a host without the OpenMPI libraries CNTK is linked against
-gets an "unsupported here" cell that says how to provide them.
+gets an "unsupported here" cell that says how to provide them. A workload hands this module its
+compiled model (the loss and optimizer are compile()'s).
 """
 import os
 
 import numpy as np
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 try:  # before Keras, which imports CNTK: a missing OpenMPI becomes an "unsupported here" reason
@@ -30,7 +33,16 @@ from keras import backend as K  # noqa: E402
 MAX_COMPUTE_CAPABILITY = (7, 5)  # CUDA 10.0 / cuDNN 7 (cntk-gpu 2.7): up to Turing
 
 
-def select_device(run: Run) -> str:
+class KerasCNTKPolicy(Policy):
+    """``device`` is "cpu" or "cuda" (the one Keras' CNTK backend took), ``precision`` fp32 (the only
+    one); ``data_format`` channels_first, CNTK's native layout, set as Keras' global image format."""
+
+    def __init__(self, device, precision):
+        super().__init__(device, precision)
+        self.data_format = "channels_first"
+
+
+def select_device(run: Run) -> KerasCNTKPolicy:
     """Check the device Keras' CNTK backend took, refuse what it cannot do (before any work), set the switches."""
     if K.backend() != "cntk":
         raise Unsupported("keras-cntk needs KERAS_BACKEND=cntk before Keras is imported (Keras chose {})".format(
@@ -54,21 +66,22 @@ def select_device(run: Run) -> str:
             raise Unsupported("CNTK 2.7's CUDA 10.0 / cuDNN 7 cannot target compute capability {}.{} "
                               "(up to 7.5, Turing)".format(*capability))
         gpu_name = properties.name
-    K.set_image_data_format("channels_first")  # NCHW, CNTK's native layout: no transposes (lesson 3)
+    resolved = "cuda" if on_gpu else "cpu"
+    policy = KerasCNTKPolicy(resolved, run.precision)
+    K.set_image_data_format(policy.data_format)  # NCHW, CNTK's native layout: no transposes (FAIRNESS.md: layouts)
     np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy
     C.cntk_py.set_fixed_random_seed(SEED)
-    resolved = "cuda" if on_gpu else "cpu"
     run.set_provenance(
         framework_version="keras {} / cntk {}".format(keras.__version__, C.__version__),
         device=resolved,
         cuda_version="10.0 (cntk-gpu 2.7 build)" if on_gpu else None,
         cudnn_version="7 (cntk-gpu 2.7 build)" if on_gpu else None,
         gpu_name=gpu_name,
-        extras={"keras_backend": "cntk", "layout": "channels_first",
+        extras={"keras_backend": "cntk", "layout": policy.data_format,
                 "train_step": "model.train_on_batch (returns the loss as a float: one host sync per step)",
                 "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
     )
-    return resolved
+    return policy
 
 
 def parameter_count(model) -> int:
@@ -82,5 +95,42 @@ def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
 
 
 def cross_entropy_from_logits(targets, logits):
-    """Softmax folded into the loss (lesson 7): CNTK's cross_entropy_with_softmax under Keras' name."""
+    """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss): CNTK's cross_entropy_with_softmax
+    under Keras' name."""
     return K.categorical_crossentropy(targets, logits, from_logits=True)
+
+
+# --- the loops ------------------------------------------------------------------------------------
+# Keras 2.2's train_on_batch returns the loss as a float (one host sync per step, recorded in the
+# provenance's train_step); predict_on_batch is inference mode, learning phase 0: dropout off and
+# batch norm on its moving statistics (FAIRNESS.md: eval-mode). CNTK reports no peak device memory.
+
+def count_correct(model, inputs, labels):
+    return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
+
+
+def train_and_evaluate(run: Run, policy: KerasCNTKPolicy, model, data) -> None:
+    """Train a compiled model with `loop.train` on one-hot targets, then evaluate it."""
+    classes = run.settings.classes
+    run.set_parameter_count(parameter_count(model))
+    loop.train(run, data, lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)))
+    loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
+
+
+def parity_steps(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
+    """The logits on the canonical weights, and after `canonical.PARITY_STEPS` train_on_batch steps."""
+    classes = run.settings.classes
+    run.set_parameter_count(parameter_count(model))
+    return loop.parity_outputs(model.predict_on_batch,
+                               lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)), batch)
+
+
+def extract_features(run: Run, policy: KerasCNTKPolicy, model, images: np.ndarray) -> None:
+    """ResNet-50's timed inference; each predict_on_batch returns numpy, so each batch ends on the host."""
+    run.set_parameter_count(parameter_count(model))
+    loop.infer(run, images, model.predict_on_batch)
+
+
+def parity_features(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    return {"features": model.predict_on_batch(batch["x"])}
