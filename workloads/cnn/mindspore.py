@@ -1,18 +1,17 @@
 """VGG-style CNN trained on CIFAR-10, in MindSpore: an nn.Cell, nn.Momentum, one compiled (graph mode) step.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 What to notice: a Cell reads like a PyTorch Module (construct = forward), but MindSpore's layer
 defaults differ from PyTorch's (no convolution bias, "same" padding), and the training step is
 written functionally (value_and_grad + optimizer) and compiled by mindspore.jit.
 """
-import mindspore as ms
 from mindspore import nn
 from mindspore.common.initializer import XavierUniform
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mindspore as env
+from workloads.runtime import mindspore as runtime
 
 MATCHED = (
     "convolution kernels OIHW and NCHW input: canonical as is; dense weights stored (out, in): "
@@ -46,7 +45,7 @@ class VGGStyleCNN(nn.Cell):
         self.conv4 = conv(s.conv2_filters, s.conv2_filters)
         self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
         self.relu = nn.ReLU()
-        # active only after set_train(True) (lesson 5); one Cell per place, each with its own random stream
+        # active only after set_train(True) (FAIRNESS.md: eval-mode); one Cell per place, each with its own random stream
         self.dropout1 = nn.Dropout(p=s.dropout_conv)
         self.dropout2 = nn.Dropout(p=s.dropout_conv)
         self.dropout3 = nn.Dropout(p=s.dropout_dense)
@@ -76,60 +75,32 @@ def load_canonical(network: VGGStyleCNN, params: dict) -> None:
     """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
     for name in ("conv1", "conv2", "conv3", "conv4"):
         layer = getattr(network, name)
-        env.set_parameter(layer.weight, params[f"{name}.kernel"])
-        env.set_parameter(layer.bias, params[f"{name}.bias"])
+        runtime.set_parameter(layer.weight, params[f"{name}.kernel"])
+        runtime.set_parameter(layer.bias, params[f"{name}.bias"])
     for name in ("dense1", "dense2"):
         layer = getattr(network, name)
-        env.set_parameter(layer.weight, canonical.dense_to_out_in(params[f"{name}.kernel"]))
-        env.set_parameter(layer.bias, params[f"{name}.bias"])
+        runtime.set_parameter(layer.weight, canonical.dense_to_out_in(params[f"{name}.kernel"]))
+        runtime.set_parameter(layer.bias, params[f"{name}.bias"])
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
-
     with run.phase("model_build"):
         network = VGGStyleCNN(s)
-        network.set_train(True)  # dropout on
-        train_step = env.make_train_step(network, nn.CrossEntropyLoss(), make_optimizer(network, s))
-    run.set_parameter_count(env.parameter_count(network))
-
-    # --- train
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(images, labels)  # the loss stays on the device
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        network.set_train(False)  # dropout off (lesson 5); graph mode compiles the inference graph once
-        correct, total = ms.Tensor(0, ms.int32), 0
-        for images, labels in run.eval_batches(data.x_test, data.y_test):
-            predictions = network(env.to_device(images)).argmax(axis=1)
-            correct = env.track(correct + (predictions == env.to_device(labels)).astype(ms.int32).sum())
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run)
+        optimizer = make_optimizer(network, s)
+    runtime.train_and_evaluate(run, policy, network, optimizer, nn.CrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     network = VGGStyleCNN(s)
     load_canonical(network, params)
-    run.set_parameter_count(env.parameter_count(network))
-    network.set_train(False)  # dropout off, in the forward pass and inside the parity steps
-    images = env.to_device(batch["x"])
-    logits = network(images).asnumpy()
-    train_step = env.make_train_step(network, nn.CrossEntropyLoss(), make_optimizer(network, s))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    after = network(images).asnumpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, network, make_optimizer(network, s), nn.CrossEntropyLoss(), batch)

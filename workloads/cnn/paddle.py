@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in PaddlePaddle (dynamic graph).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 What to notice: it reads almost line for line as the PyTorch file (nn.Layer, NCHW, eager autograd),
 but Linear stores its kernel (in, out) as the canonical layout does, initialisers are given per
 parameter through ParamAttr, and the optimizer is handed its parameters and cleared with clear_grad.
@@ -9,9 +9,8 @@ parameter through ParamAttr, and the optimizer is handed its parameters and clea
 import paddle
 from paddle import nn
 
-from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import paddle as env
+from workloads.runtime import paddle as runtime
 
 MATCHED = (
     "dense kernels stored (in, out) as the canonical layout; convolution kernels OIHW: canonical as is",
@@ -61,6 +60,12 @@ class VGGStyleCNN(nn.Layer):
         return self.layers(images)
 
 
+def make_optimizer(model, s):
+    # Paddle's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
+    return paddle.optimizer.Momentum(learning_rate=s.learning_rate, momentum=s.momentum, use_nesterov=False,
+                                     parameters=model.parameters())
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: VGGStyleCNN, params: dict) -> None:
@@ -73,76 +78,24 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
             parameter.set_value(array)
 
 
-def make_train_step(model, optimizer, loss_function, scaler, precision):
-    def train_step(images, labels):
-        optimizer.clear_grad(set_to_zero=False)  # drop the gradients (PyTorch's set_to_none)
-        with env.autocast(precision):
-            loss = loss_function(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()  # stays on the device: no host sync per step
-    return train_step
-
-
-def make_optimizer(model, s):
-    # Paddle's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
-    return paddle.optimizer.Momentum(learning_rate=s.learning_rate, momentum=s.momentum, use_nesterov=False,
-                                     parameters=model.parameters())
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device_type = env.select_device(run)
-    precision = run.precision
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
-
     with run.phase("model_build"):
         model = VGGStyleCNN(s)
         optimizer = make_optimizer(model, s)
-        train_step = make_train_step(model, optimizer, nn.CrossEntropyLoss(), env.grad_scaler(precision), precision)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    model.train()
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(images), env.to_device(labels, "int64"))
-        run.end_epoch(loss.item())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        model.eval()  # dropout off (lesson 5)
-        correct, total = paddle.zeros([], dtype="int64"), 0
-        with paddle.no_grad(), env.autocast(precision):
-            for images, labels in run.eval_batches(data.x_test, data.y_test):
-                predictions = model(env.to_device(images)).argmax(axis=1)
-                correct += (predictions == env.to_device(labels, "int64")).astype("int64").sum()
-                total += len(labels)
-    run.record_accuracy(correct.item(), total)
-    env.record_peak_memory(run, device_type)
+    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = VGGStyleCNN(s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    images, labels = env.to_device(batch["x"]), env.to_device(batch["y"], "int64")
-    model.eval()  # dropout off, for the steps too: dropout is random and frameworks' generators differ
-    with paddle.no_grad():
-        logits = model(images).numpy()
-    train_step = make_train_step(model, make_optimizer(model, s), nn.CrossEntropyLoss(), env.grad_scaler("fp32"),
-                                 "fp32")
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(images, labels)
-    with paddle.no_grad():
-        after = model(images).numpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), nn.CrossEntropyLoss(), batch)

@@ -1,14 +1,14 @@
 """VGG-style CNN trained on CIFAR-10, in PyTorch.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 """
 import torch
 from torch import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import pytorch as env
+from workloads.runtime import pytorch as runtime
 
 MATCHED = (
     "dense kernels stored (out, in): canonical (in, out) transposed",
@@ -44,6 +44,12 @@ class VGGStyleCNN(nn.Module):
         return self.layers(images)
 
 
+def make_optimizer(model, s, policy):
+    # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
+    return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
+                           fused=policy.fused_optimizer)
+
+
 # --- canonical weights --------------------------------------------------------------------------
 
 def load_canonical(model: VGGStyleCNN, params: dict) -> None:
@@ -59,77 +65,24 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
             layer.bias.copy_(torch.from_numpy(params[f"{name}.bias"]))
 
 
-def make_train_step(model, optimizer, loss_function, scaler, device, precision):
-    def train_step(images, labels):
-        optimizer.zero_grad(set_to_none=True)
-        with env.autocast(device, precision):
-            loss = loss_function(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()  # stays on the device: no host sync per step
-    return train_step
-
-
-def make_optimizer(model, s, device):
-    # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
-    return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
-                           fused=env.fused_optimizer(device))
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device = env.select_device(run)
-    precision = run.precision
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
-
     with run.phase("model_build"):
-        model = VGGStyleCNN(s).to(device)
-        optimizer = make_optimizer(model, s, device)
-        train_step = make_train_step(model, optimizer, nn.CrossEntropyLoss(), env.grad_scaler(device, precision),
-                                     device, precision)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    model.train()
-    for _ in range(s.epochs):
-        for images, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(images, device), env.to_device(labels, device))
-        run.end_epoch(loss.item())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        model.eval()  # dropout off (lesson 5)
-        correct, total = torch.zeros((), dtype=torch.int64, device=device), 0
-        with torch.inference_mode(), env.autocast(device, precision):
-            for images, labels in run.eval_batches(data.x_test, data.y_test):
-                predictions = model(env.to_device(images, device)).argmax(dim=1)
-                correct += (predictions == env.to_device(labels, device)).sum()
-                total += len(labels)
-    run.record_accuracy(correct.item(), total)
-    env.record_peak_memory(run, device)
+        model = VGGStyleCNN(s).to(policy.device)
+        optimizer = make_optimizer(model, s, policy)
+    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    device = env.select_device(run)
-    model = VGGStyleCNN(s).to(device)
+    policy = runtime.select_device(run)
+    model = VGGStyleCNN(s).to(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    images, labels = env.to_device(batch["x"], device), env.to_device(batch["y"], device)
-    model.eval()  # dropout off, for the steps too: dropout is random and frameworks' generators differ
-    with torch.no_grad():
-        logits = model(images).cpu().numpy()
-    train_step = make_train_step(model, make_optimizer(model, s, device), nn.CrossEntropyLoss(),
-                                 env.grad_scaler(device, "fp32"), device, "fp32")
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(images, labels)
-    with torch.no_grad():
-        after = model(images).cpu().numpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s, policy), nn.CrossEntropyLoss(), batch)

@@ -1,17 +1,16 @@
 """GRU sentiment classifier trained on IMDB, in MindSpore: nn.Embedding, nn.GRU, nn.Dense, mint.optim.Adam, graph mode.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. On a GPU nn.GRU runs cuDNN's fused GRU (lesson 2); on the CPU
+workloads/gru/__init__.py. On a GPU nn.GRU runs cuDNN's fused GRU (FAIRNESS.md: fused-rnn); on the CPU
 MindSpore has no fused GRU kernel: nn.GRU is a loop over time steps of its GRU cell function,
 which graph mode unrolls into one compiled graph (150 steps, forward and backward).
 """
-import mindspore as ms
 from mindspore import mint, nn
 from mindspore.common.initializer import Uniform
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mindspore as env
+from workloads.runtime import mindspore as runtime
 
 MATCHED = (
     "nn.GRU is the cuDNN / PyTorch reset-after form with gate order r, z, n and two bias vectors per "
@@ -32,7 +31,7 @@ class GRUClassifier(nn.Cell):
     def __init__(self, s):
         super().__init__()
         self.embedding = nn.Embedding(s.vocabulary, s.embedding_size, embedding_table=Uniform(0.05))
-        # Time-major (TNC) is cuDNN's native RNN layout (lesson 3). MindSpore's GRU is the cuDNN form:
+        # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). MindSpore's GRU is the cuDNN form:
         # reset gate applied after the recurrent matmul, two bias vectors per gate.
         self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)
         self.dense = nn.Dense(s.hidden_size, s.classes)
@@ -51,61 +50,33 @@ def make_optimizer(model, s):
 
 def load_canonical(model: GRUClassifier, params: dict) -> None:
     """MindSpore keeps gates in the canonical order r, z, n; its matrices are (out, in)."""
-    env.set_parameter(model.embedding.embedding_table, params["embedding.embeddings"])
-    env.set_parameter(model.gru.w_ih_list[0], canonical.dense_to_out_in(params["gru.kernel"]))
-    env.set_parameter(model.gru.w_hh_list[0], canonical.dense_to_out_in(params["gru.recurrent_kernel"]))
-    env.set_parameter(model.gru.b_ih_list[0], params["gru.input_bias"])
-    env.set_parameter(model.gru.b_hh_list[0], params["gru.recurrent_bias"])
-    env.set_parameter(model.dense.weight, canonical.dense_to_out_in(params["dense.kernel"]))
-    env.set_parameter(model.dense.bias, params["dense.bias"])
+    runtime.set_parameter(model.embedding.embedding_table, params["embedding.embeddings"])
+    runtime.set_parameter(model.gru.w_ih_list[0], canonical.dense_to_out_in(params["gru.kernel"]))
+    runtime.set_parameter(model.gru.w_hh_list[0], canonical.dense_to_out_in(params["gru.recurrent_kernel"]))
+    runtime.set_parameter(model.gru.b_ih_list[0], params["gru.input_bias"])
+    runtime.set_parameter(model.gru.b_hh_list[0], params["gru.recurrent_bias"])
+    runtime.set_parameter(model.dense.weight, canonical.dense_to_out_in(params["dense.kernel"]))
+    runtime.set_parameter(model.dense.bias, params["dense.bias"])
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_imdb()
-
     with run.phase("model_build"):
-        model = GRUClassifier(s)
-        model.set_train(True)  # no dropout in this model: the mode changes nothing but the graph's key
-        train_step = env.make_train_step(model, nn.CrossEntropyLoss(), make_optimizer(model, s))
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(tokens, labels)  # the loss stays on the device
-        run.end_epoch(float(loss))
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        model.set_train(False)
-        correct, total = ms.Tensor(0, ms.int32), 0
-        for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-            predictions = model(env.to_device(tokens)).argmax(axis=1)
-            correct = env.track(correct + (predictions == env.to_device(labels)).astype(ms.int32).sum())
-            total += len(labels)
-    run.record_accuracy(int(correct), total)
-    env.record_peak_memory(run)
+        model = GRUClassifier(s)  # no dropout in this model: its train mode changes only the graph's key
+        optimizer = make_optimizer(model, s)
+    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = GRUClassifier(s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    model.set_train(False)
-    tokens = env.to_device(batch["x"])
-    logits = model(tokens).asnumpy()
-    train_step = env.make_train_step(model, nn.CrossEntropyLoss(), make_optimizer(model, s))
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(batch["x"], batch["y"])
-    after = model(tokens).asnumpy()
-    return {"logits": logits, "logits_after_training": after}
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), nn.CrossEntropyLoss(), batch)

@@ -1,8 +1,8 @@
 """GRU sentiment classifier trained on IMDB, in PaddlePaddle (dynamic graph).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. nn.GRU is Paddle's fused rnn operator (cuDNN's kernel on a GPU,
-lesson 2). What to notice: Paddle's GRU is the cuDNN / PyTorch form exactly (reset gate applied
+workloads/gru/__init__.py. nn.GRU is Paddle's fused rnn operator (cuDNN's kernel on a GPU,
+FAIRNESS.md: fused-rnn). What to notice: Paddle's GRU is the cuDNN / PyTorch form exactly (reset gate applied
 after the recurrent matmul, gates r, z, n, two bias vectors per gate, weights (3*hidden, in)), so
 only the dense kernel's layout differs from PyTorch's, and in Paddle's favour: it is (in, out).
 """
@@ -11,7 +11,7 @@ from paddle import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import paddle as env
+from workloads.runtime import paddle as runtime
 
 MATCHED = (
     "GRU is cuDNN's reset-after form with gate order r, z, n (checked against numpy): canonical as is",
@@ -35,7 +35,7 @@ class GRUClassifier(nn.Layer):
         # Paddle's default initialisers, as the PyTorch row keeps PyTorch's: the GRU's uniform(-1/sqrt(hidden),
         # 1/sqrt(hidden)) is PyTorch's too; the embedding and dense use Xavier-normal (PyTorch: normal, Kaiming-uniform).
         self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
-        # Time-major (TNC) is cuDNN's native RNN layout (lesson 3). Paddle's GRU is the cuDNN form:
+        # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). Paddle's GRU is the cuDNN form:
         # reset gate applied after the recurrent matmul, two bias vectors per gate.
         self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, direction="forward", time_major=True)
         self.dense = nn.Linear(s.hidden_size, s.classes)
@@ -43,6 +43,13 @@ class GRUClassifier(nn.Layer):
     def forward(self, tokens):  # tokens: (batch, time)
         outputs, _ = self.gru(self.embedding(tokens.t()))  # (time, batch, hidden); h0 = 0
         return self.dense(outputs[-1])  # the last time step's output
+
+
+def make_optimizer(model, s):
+    # Paddle folds both bias corrections into the step size and scales epsilon by sqrt(1 - beta2^t):
+    # exactly w -= lr * m_hat / (sqrt(v_hat) + eps), PyTorch's and the paper's form.
+    return paddle.optimizer.Adam(learning_rate=s.learning_rate, beta1=s.beta1, beta2=s.beta2, epsilon=s.epsilon,
+                                 parameters=model.parameters(), lazy_mode=False)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -63,79 +70,26 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
         parameter.set_value(array)
 
 
-def make_train_step(model, optimizer, loss_function, scaler, precision):
-    def train_step(tokens, labels):
-        optimizer.clear_grad(set_to_zero=False)  # drop the gradients (PyTorch's set_to_none)
-        with env.autocast(precision):
-            loss = loss_function(model(tokens), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()  # stays on the device: no host sync per step
-    return train_step
-
-
-def make_optimizer(model, s):
-    # Paddle folds both bias corrections into the step size and scales epsilon by sqrt(1 - beta2^t):
-    # exactly w -= lr * m_hat / (sqrt(v_hat) + eps), PyTorch's and the paper's form.
-    return paddle.optimizer.Adam(learning_rate=s.learning_rate, beta1=s.beta1, beta2=s.beta2, epsilon=s.epsilon,
-                                 parameters=model.parameters(), lazy_mode=False)
-
-
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
     s = run.settings
-    device_type = env.select_device(run)
-    precision = run.precision
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_imdb()
-
     with run.phase("model_build"):
         model = GRUClassifier(s)
         optimizer = make_optimizer(model, s)
-        train_step = make_train_step(model, optimizer, nn.CrossEntropyLoss(), env.grad_scaler(precision), precision)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- train
-    model.train()
-    for _ in range(s.epochs):
-        for tokens, labels in run.train_batches(data.x_train, data.y_train):
-            loss = train_step(env.to_device(tokens, "int64"), env.to_device(labels, "int64"))
-        run.end_epoch(loss.item())
-
-    # --- evaluate
-    with run.phase("evaluate"):
-        model.eval()
-        correct, total = paddle.zeros([], dtype="int64"), 0
-        with paddle.no_grad(), env.autocast(precision):
-            for tokens, labels in run.eval_batches(data.x_test, data.y_test):
-                predictions = model(env.to_device(tokens, "int64")).argmax(axis=1)
-                correct += (predictions == env.to_device(labels, "int64")).astype("int64").sum()
-                total += len(labels)
-    run.record_accuracy(correct.item(), total)
-    env.record_peak_memory(run, device_type)
+    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = GRUClassifier(s)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    tokens, labels = env.to_device(batch["x"], "int64"), env.to_device(batch["y"], "int64")
-    model.eval()
-    with paddle.no_grad():
-        logits = model(tokens).numpy()
-    train_step = make_train_step(model, make_optimizer(model, s), nn.CrossEntropyLoss(), env.grad_scaler("fp32"),
-                                 "fp32")
-    model.train()  # no dropout in this model; the rnn operator keeps what its backward needs only in train mode
-    for _ in range(canonical.PARITY_STEPS):
-        train_step(tokens, labels)
-    model.eval()
-    with paddle.no_grad():
-        after = model(tokens).numpy()
-    return {"logits": logits, "logits_after_training": after}
+    # no dropout in this model; the rnn operator keeps what its backward needs only in train mode
+    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), nn.CrossEntropyLoss(), batch,
+                                steps_in_train_mode=True)

@@ -9,7 +9,7 @@ from mindspore import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import mindspore as env
+from workloads.runtime import mindspore as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -87,52 +87,38 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
     """Kernels are already OIHW; batch norm's parameters carry the canonical names."""
     def load_batch_norm(norm: nn.BatchNorm2d, name: str) -> None:
         for field in ("gamma", "beta", "moving_mean", "moving_variance"):
-            env.set_parameter(getattr(norm, field), params[f"{name}.{field}"])
+            runtime.set_parameter(getattr(norm, field), params[f"{name}.{field}"])
 
-    env.set_parameter(model.stem_conv.weight, params["stem.conv.kernel"])
+    runtime.set_parameter(model.stem_conv.weight, params["stem.conv.kernel"])
     load_batch_norm(model.stem_bn, "stem.bn")
     blocks = iter(model.blocks)
     for stage, (_, count, _) in enumerate(STAGES, start=1):
         for index in range(count):
             block, prefix = next(blocks), f"stage{stage}.block{index}"
             for number in (1, 2, 3):
-                env.set_parameter(getattr(block, f"conv{number}").weight, params[f"{prefix}.conv{number}.kernel"])
+                runtime.set_parameter(getattr(block, f"conv{number}").weight, params[f"{prefix}.conv{number}.kernel"])
                 load_batch_norm(getattr(block, f"bn{number}"), f"{prefix}.bn{number}")
             if block.has_shortcut:
-                env.set_parameter(block.shortcut_conv.weight, params[f"{prefix}.shortcut.conv.kernel"])
+                runtime.set_parameter(block.shortcut_conv.weight, params[f"{prefix}.shortcut.conv.kernel"])
                 load_batch_norm(block.shortcut_bn, f"{prefix}.shortcut.bn")
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    env.select_device(run)
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):
         model = ResNet50Features()
-        model.set_train(False)  # inference only: batch norm on moving statistics, no gradients (lesson 5)
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    with run.phase("warmup"):  # untimed warm pass: graph compilation lands here
-        for batch in run.warmup_batches(images):
-            features = env.track(model(env.to_device(batch)))
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):  # run.sync waits for each batch's features
-        features = env.track(model(env.to_device(batch)))
-    env.record_peak_memory(run)
+        model.set_train(False)  # inference only: batch norm on moving statistics, no gradients
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = ResNet50Features()
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    model.set_train(False)
-    return {"features": model(env.to_device(batch["x"])).asnumpy()}
+    return runtime.parity_features(run, policy, model, batch)

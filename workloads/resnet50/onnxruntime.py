@@ -8,10 +8,8 @@ What to notice: building the model is creating an InferenceSession (loading the 
 it, choosing kernels), timed as model_build; the first run (cuDNN's algorithm search on a GPU)
 lands in the warm pass.
 """
-import numpy as np
-
 from workloads.common.harness import Run
-from workloads.runtime import onnxruntime as env
+from workloads.runtime import onnxruntime as runtime
 
 MATCHED = (
     "the model is PyTorch's (workloads/resnet50/pytorch.py, v1.5), exported once with torch.onnx.export "
@@ -26,24 +24,13 @@ MATCHED = (
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    providers = env.select_providers(run)  # may raise Unsupported
-    model = env.exported_model(run)
-
+    policy = runtime.select_device(run)  # may raise Unsupported
+    model = runtime.exported_model(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):  # session creation: graph load, optimisation, kernel choice
-        session = env.session(run, model, providers)
-    run.set_parameter_count(model.parameter_count)
-
-    # --- infer (an inference engine: no gradients exist; batch norm is folded, so always eval mode)
-    with run.phase("warmup"):  # untimed warm pass: the first run allocates and autotunes
-        for batch in run.warmup_batches(images):
-            features = session.run([env.OUTPUT], {env.INPUT: batch})[0]
-    assert features.shape == (s.batch_size, s.feature_size), features.shape
-    for batch in run.timed_batches(images):  # run() returns once the features are on the host
-        features = session.run([env.OUTPUT], {env.INPUT: batch})[0]
+        session = runtime.session(run, policy, model)
+    runtime.extract_features(run, policy, session, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
@@ -51,8 +38,6 @@ def run(run: Run) -> None:
 def parity(run: Run, params: dict, batch: dict) -> dict:
     """The exported graph on the canonical batch. The weights are in the graph already (exported
     from the same canonical arrays, whose sha256 export.json records), so `params` is not loaded."""
-    providers = env.select_providers(run)
-    model = env.exported_model(run)
-    session = env.session(run, model, providers)
-    run.set_parameter_count(model.parameter_count)
-    return {"features": session.run([env.OUTPUT], {env.INPUT: np.ascontiguousarray(batch["x"])})[0]}
+    policy = runtime.select_device(run)
+    session = runtime.session(run, policy, runtime.exported_model(run))
+    return runtime.parity_features(run, policy, session, batch)

@@ -13,7 +13,7 @@ from paddle.vision.models import resnet50
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import paddle as env
+from workloads.runtime import paddle as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (Paddle's zoo model is v1.5)",
@@ -75,37 +75,19 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    device_type = env.select_device(run)
-    precision = run.precision
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):
         model = ResNet50Features()
         model.eval()  # eval: batch-norm uses the moving statistics
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    with paddle.no_grad(), env.autocast(precision):  # no gradients (lesson 5)
-        with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
-            for batch in run.warmup_batches(images):
-                features = model(env.to_device(batch))
-        assert tuple(features.shape) == (s.batch_size, s.feature_size), features.shape
-        for batch in run.timed_batches(images):
-            features = model(env.to_device(batch))
-    env.record_peak_memory(run, device_type)
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    env.select_device(run)
+    policy = runtime.select_device(run)
     model = ResNet50Features()
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    model.eval()
-    with paddle.no_grad():
-        features = model(env.to_device(batch["x"])).numpy()
-    return {"features": features}
+    return runtime.parity_features(run, policy, model, batch)

@@ -9,7 +9,7 @@ from torch import nn
 
 from workloads.common import canonical
 from workloads.common.harness import Run
-from workloads.runtime import pytorch as env
+from workloads.runtime import pytorch as runtime
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -96,38 +96,21 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
-    device = env.select_device(run)
-    precision = run.precision
-
+    policy = runtime.select_device(run)
     with run.phase("data_load"):
         images = run.random_images()
-
     with run.phase("model_build"):
-        model = ResNet50Features().to(device).eval()  # eval: batch-norm uses running statistics
-    run.set_parameter_count(env.parameter_count(model))
-
-    # --- infer
-    with torch.inference_mode(), env.autocast(device, precision):  # no gradients (lesson 5)
-        with run.phase("warmup"):  # untimed warm pass: autotuning and allocation land here
-            for batch in run.warmup_batches(images):
-                features = model(env.to_device(batch, device))
-        assert features.shape == (s.batch_size, s.feature_size), features.shape
-        for batch in run.timed_batches(images):
-            features = model(env.to_device(batch, device))
-    env.record_peak_memory(run, device)
+        model = ResNet50Features().to(policy.device).eval()  # eval: batch-norm uses running statistics
+    runtime.extract_features(run, policy, model, images)
 
 
 # --- parity -------------------------------------------------------------------------------------
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
-    device = env.select_device(run)
-    model = ResNet50Features().to(device)
+    policy = runtime.select_device(run)
+    model = ResNet50Features().to(policy.device)
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
-    with torch.inference_mode():
-        features = model.eval()(env.to_device(batch["x"], device)).cpu().numpy()
-    return {"features": features}
+    return runtime.parity_features(run, policy, model, batch)
 
 
 # --- ONNX export (the model ONNX Runtime's row runs) ----------------------------------------------
@@ -150,10 +133,10 @@ def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
         raise RuntimeError(f"torch.onnx.export needs the {missing.name} package, which this PyTorch environment "
                            f"lacks: rebuild it from images/pytorch/requirements-cpu.txt (image: `python -m "
                            f"orchestrator build pytorch --variant cpu`)") from missing
-    env.select_device(run)
+    runtime.select_device(run)
     model = ResNet50Features().eval()  # exported from the CPU: the graph does not depend on the device
     load_canonical(model, params)
-    run.set_parameter_count(env.parameter_count(model))
+    run.set_parameter_count(runtime.parameter_count(model))
     example = torch.from_numpy(batch["x"])
     path = os.path.join(folder, "model.onnx")
     with run.phase("export"):
@@ -178,7 +161,7 @@ def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
         "onnxscript_version": onnxscript.__version__,
         "input": {"name": "images", "shape": ["batch", *example.shape[1:]], "dtype": "float32"},
         "output": {"name": "features", "shape": ["batch", features.shape[1]], "dtype": "float32"},
-        "parameter_count": env.parameter_count(model),
+        "parameter_count": runtime.parameter_count(model),
         "export_s": run.result.phases["export"],
         "files": {name: sha256(name) for name in sorted(os.listdir(folder)) if name.startswith("model.onnx")},
     }

@@ -1,4 +1,4 @@
-"""MindSpore's device, precision and provenance switches, and the compiled training step its three workloads share.
+"""MindSpore's runtime for the three MindSpore workloads: the device policy, the compiled step and the loops.
 
 MindSpore runs a Python function two ways: op by op (PyNative mode, its default) or compiled into
 one static graph (graph mode, `mindspore.jit`). The workloads run in graph mode: every Cell call
@@ -19,6 +19,10 @@ Only fp32 is wired up: MindSpore's mixed precision (`mindspore.amp`) is not set 
 precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned off; MindSpore
 allows it for convolutions by default). The GPU switches have not been run: there is no CUDA
 variant yet (images/mindspore/metadata.toml says why).
+
+`select_device(run)` returns a `MindSporePolicy` (device, precision); `train_and_evaluate`,
+`parity_steps`, `extract_features` and `parity_features` run a workload's network through the
+shared loops of workloads/common/loop.py.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ import numpy as np
 
 import mindspore as ms
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 _device: list = ["cpu"]
@@ -65,7 +70,11 @@ def _gpu_available() -> bool:
     return MSContext.get_instance().is_pkg_support_device("GPU")
 
 
-def select_device(run: Run) -> str:
+class MindSporePolicy(Policy):
+    """The device ("cuda" or "cpu", made current by mindspore.set_device) and the precision (fp32 only)."""
+
+
+def select_device(run: Run) -> MindSporePolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     gpu = _gpu_available()
     if run.requested_device == "cuda" and not gpu:
@@ -80,9 +89,9 @@ def select_device(run: Run) -> str:
     ms.set_context(mode=ms.GRAPH_MODE)
     if device_type == "cuda":
         gpu_context = ms.device_context.gpu
-        gpu_context.op_precision.conv_allow_tf32(False)  # fp32 means true fp32
+        gpu_context.op_precision.conv_allow_tf32(False)  # fp32 means true fp32 (FAIRNESS.md: true-precision)
         gpu_context.op_precision.matmul_allow_tf32(False)
-        # cuDNN autotuning (lesson 1): try every convolution algorithm once, keep the fastest
+        # cuDNN autotuning (FAIRNESS.md: autotune): try every convolution algorithm once, keep the fastest
         gpu_context.op_tuning.conv_fprop_algo("performance")
         gpu_context.op_tuning.conv_dgrad_algo("performance")
         gpu_context.op_tuning.conv_wgrad_algo("performance")
@@ -101,7 +110,7 @@ def select_device(run: Run) -> str:
                 "allow_tf32": "false",
                 "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "") if device_type == "cpu" else "n/a"},
     )
-    return device_type
+    return MindSporePolicy(device_type, run.precision)
 
 
 def to_device(array: np.ndarray) -> ms.Tensor:
@@ -111,9 +120,8 @@ def to_device(array: np.ndarray) -> ms.Tensor:
     return ms.Tensor(array)
 
 
-def record_peak_memory(run: Run) -> None:
-    if _device[0] == "cuda":
-        run.result.metrics.peak_device_memory_mb = ms.runtime.max_memory_allocated() / 2**20
+def _peak_device_memory_mb(policy: MindSporePolicy):
+    return ms.runtime.max_memory_allocated() / 2**20 if policy.device == "cuda" else None
 
 
 # --- model facts ----------------------------------------------------------------------------------
@@ -132,8 +140,8 @@ def set_parameter(parameter: ms.Parameter, value: np.ndarray) -> None:
 
 # --- the training step ----------------------------------------------------------------------------
 
-def make_train_step(network: ms.nn.Cell, loss_function: ms.nn.Cell, optimizer):
-    """One compiled step: `step(x, y) -> loss`, the loss left on the device.
+def _train_step(network: ms.nn.Cell, optimizer, loss_function):
+    """One compiled step: `step(x, y) -> loss` on a numpy batch, the loss left on the device.
 
     `mindspore.value_and_grad` differentiates the mean loss with respect to the optimizer's
     parameters; the optimizer updates them in place. `mindspore.jit` compiles forward, backward
@@ -155,3 +163,46 @@ def make_train_step(network: ms.nn.Cell, loss_function: ms.nn.Cell, optimizer):
         return track(step(to_device(x), to_device(y)))
 
     return call
+
+
+def train_and_evaluate(run: Run, policy: MindSporePolicy, network, optimizer, loss_function, data) -> None:
+    """Train `network` on `data` with `optimizer` and `loss_function`, then measure its test accuracy."""
+    with run.phase("model_build"):  # added to the workload's model_build; compiled on the first step
+        network.set_train(True)  # dropout on
+        step = _train_step(network, optimizer, loss_function)
+    run.set_parameter_count(parameter_count(network))
+    loop.train(run, data, step)  # the loss stays on the device; read (float) once per epoch
+    network.set_train(False)  # dropout off (FAIRNESS.md: eval-mode); graph mode compiles the inference graph once
+
+    def count_correct(x: np.ndarray, y: np.ndarray) -> ms.Tensor:
+        predictions = network(to_device(x)).argmax(axis=1)
+        # summed on the device; tracked so that run.sync waits for it
+        return track((predictions == to_device(y)).astype(ms.int32).sum())
+
+    loop.evaluate(run, data, count_correct)
+    run.record_peak_device_memory(_peak_device_memory_mb(policy))
+
+
+def parity_steps(run: Run, policy: MindSporePolicy, network, optimizer, loss_function, batch: dict) -> dict:
+    """The logits on the canonical weights, and after the parity steps (FAIRNESS.md: parity)."""
+    run.set_parameter_count(parameter_count(network))
+    network.set_train(False)  # dropout off, in the forward pass and inside the parity steps
+    return loop.parity_outputs(lambda x: network(to_device(x)), _train_step(network, optimizer, loss_function),
+                               batch, to_numpy=lambda logits: logits.asnumpy())
+
+
+# --- inference ------------------------------------------------------------------------------------
+
+def extract_features(run: Run, policy: MindSporePolicy, network, images: np.ndarray) -> None:
+    """The warm pass (graph compilation lands there), then the timed forward-only pass; run.sync
+    waits for each batch's features."""
+    run.set_parameter_count(parameter_count(network))
+    network.set_train(False)  # inference only: batch norm on moving statistics, no gradients (FAIRNESS.md: eval-mode)
+    loop.infer(run, images, lambda batch: track(network(to_device(batch))))
+    run.record_peak_device_memory(_peak_device_memory_mb(policy))
+
+
+def parity_features(run: Run, policy: MindSporePolicy, network, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(network))
+    network.set_train(False)
+    return {"features": network(to_device(batch["x"])).asnumpy()}

@@ -5,6 +5,10 @@ ONNX Runtime defines no model. It runs the ResNet-50 that PyTorch's environment 
 OUT` once), passed here as `--onnx-model DIR` (or $ROSETTA_ONNX_MODEL): model.onnx, its weights in
 model.onnx.data beside it, and export.json saying how it was made. `InferenceSession.run` returns
 host arrays only after the device has finished, so the harness needs no `run.sync`.
+
+`select_device(run)` returns an `OrtPolicy` (device, precision, the execution providers);
+`session(...)` loads the graph as a `Session`, and `extract_features` / `parity_features` run it
+through the shared loop of workloads/common/loop.py.
 """
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
-from workloads.common.harness import Run, Unsupported
+from workloads.common import loop
+from workloads.common.harness import Policy, Run, Unsupported
 
 MODEL_VARIABLE = "ROSETTA_ONNX_MODEL"  # set from --onnx-model by workloads/__main__.py
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -94,8 +100,16 @@ def _gpu_names() -> list[str]:
     return names
 
 
-def select_providers(run: Run) -> list:
-    """The execution providers, best first; refuses what they cannot do (before any work)."""
+class OrtPolicy(Policy):
+    """The device ("cuda" or "cpu"), the precision, and the execution providers, best first."""
+
+    def __init__(self, device: str, precision: str, providers: list):
+        super().__init__(device, precision)
+        self.providers = providers
+
+
+def select_device(run: Run) -> OrtPolicy:
+    """Pick the execution providers, best first; refuses what they cannot do (before any work)."""
     available = ort.get_available_providers()
     gpus = _gpu_names()
     if run.requested_device == "cuda":
@@ -114,7 +128,7 @@ def select_providers(run: Run) -> list:
     if use_cuda:
         ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels (requirements-cu130.txt)
         options = {"device_id": 0,
-                   "cudnn_conv_algo_search": "EXHAUSTIVE",  # cuDNN autotuning (lesson 1), in the warm pass
+                   "cudnn_conv_algo_search": "EXHAUSTIVE",  # cuDNN autotuning (FAIRNESS.md: autotune), in the warm pass
                    "use_tf32": "1" if precision == "tf32" else "0"}  # fp32 means true fp32
         providers = [(CUDA, options), CPU]  # shape arithmetic may stay on the CPU
     else:
@@ -128,7 +142,7 @@ def select_providers(run: Run) -> list:
         extras={"package": ort.package_name, "layout": "NCHW (as exported)",
                 "providers_requested": ", ".join(p if isinstance(p, str) else f"{p[0]} {p[1]}" for p in providers)},
     )
-    return providers
+    return OrtPolicy("cuda" if use_cuda else "cpu", precision, providers)
 
 
 def _package_version(name: str) -> str | None:
@@ -138,9 +152,21 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def session(run: Run, model: ExportedModel, providers: list) -> ort.InferenceSession:
+@dataclass
+class Session:
+    """An exported model loaded into ONNX Runtime: what the workload's model_build made."""
+    inference: ort.InferenceSession
+    model: ExportedModel
+
+    def features(self, images: np.ndarray) -> np.ndarray:
+        """One forward pass; returns once the features are on the host."""
+        return self.inference.run([OUTPUT], {INPUT: np.ascontiguousarray(images)})[0]
+
+
+def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:
     """Load the graph, optimise it (ORT_ENABLE_ALL: constant folding, fusions, layout choices) and
     bind it to the providers; refuses a CUDA cell that ONNX Runtime quietly moved to the CPU."""
+    providers = policy.providers
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # the default, stated
     created = ort.InferenceSession(str(model.path), options, providers=providers)
@@ -152,4 +178,19 @@ def session(run: Run, model: ExportedModel, providers: list) -> ort.InferenceSes
     run.set_provenance(extras={"providers": ", ".join(used),
                                "graph_optimization_level": "ORT_ENABLE_ALL",
                                "intra_op_threads": "ONNX Runtime's default (one per physical core)"})
-    return created
+    return Session(inference=created, model=model)
+
+
+# --- inference ------------------------------------------------------------------------------------
+
+def extract_features(run: Run, policy: OrtPolicy, session: Session, images: np.ndarray) -> None:
+    """The warm pass (the first run allocates and autotunes), then the timed pass. An inference
+    engine has no gradients, and batch norm is folded into the graph: always eval mode. ONNX
+    Runtime reports no peak device memory of its own, so none is recorded."""
+    run.set_parameter_count(session.model.parameter_count)
+    loop.infer(run, images, session.features)
+
+
+def parity_features(run: Run, policy: OrtPolicy, session: Session, batch: dict) -> dict:
+    run.set_parameter_count(session.model.parameter_count)
+    return {"features": session.features(batch["x"])}
