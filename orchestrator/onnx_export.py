@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from workloads.common import canonical
+from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result, write_json_atomic
 
 MODEL_SOURCE = "pytorch-onnx-export"  # metadata.toml: model_source
@@ -53,14 +54,6 @@ def weights_digest(params: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def valid_export(folder: Path) -> dict | None:
     """export.json when the folder holds a complete export whose files match it, else None."""
     try:
@@ -68,7 +61,7 @@ def valid_export(folder: Path) -> dict | None:
         files = record["files"]
         if set(files) != set(MODEL_FILES):
             return None
-        if all(file_sha256(folder / name) == files[name] for name in MODEL_FILES):
+        if all(file_digest(folder / name, "sha256") == files[name] for name in MODEL_FILES):
             return record
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -122,9 +122,10 @@ def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
     """Export the model on the canonical weights with torch.onnx.export's default exporter
     (torch.export, then onnxscript's translation and graph optimizer) into `folder`: model.onnx (the
     graph), model.onnx.data (the weights) and export.json (how). Returns the parity outputs too."""
-    import hashlib
     import json
     import os
+
+    from workloads.common.data.checksum import file_digest
 
     try:
         import onnx
@@ -146,13 +147,6 @@ def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
     with torch.inference_mode():
         features = model(example).numpy()
 
-    def sha256(name: str) -> str:
-        digest = hashlib.sha256()
-        with open(os.path.join(folder, name), "rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
-        return digest.hexdigest()
-
     record = {
         "model": "ResNet50Features (workloads/resnet50/pytorch.py) on the canonical resnet50 weights",
         "exporter": "torch.onnx.export(dynamo=True, optimize=True): torch.export + onnxscript",
@@ -163,7 +157,7 @@ def export_onnx(run: Run, params: dict, batch: dict, folder: str) -> dict:
         "output": {"name": "features", "shape": ["batch", features.shape[1]], "dtype": "float32"},
         "parameter_count": runtime.parameter_count(model),
         "export_s": run.result.phases["export"],
-        "files": {name: sha256(name) for name in sorted(os.listdir(folder)) if name.startswith("model.onnx")},
+        "files": {name: file_digest(os.path.join(folder, name), "sha256") for name in sorted(os.listdir(folder)) if name.startswith("model.onnx")},
     }
     assert set(record["files"]) == {"model.onnx", "model.onnx.data"}, record["files"]
     with open(os.path.join(folder, "export.json"), "w") as stream:

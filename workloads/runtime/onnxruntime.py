@@ -12,7 +12,6 @@ through the shared loop of workloads/common/loop.py.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -23,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 from workloads.common import loop
+from workloads.common.data.checksum import file_digest
 from workloads.common.harness import Policy, Run, Unsupported
 
 MODEL_VARIABLE = "ROSETTA_ONNX_MODEL"  # set from --onnx-model by workloads/__main__.py
@@ -60,7 +60,7 @@ def exported_model(run: Run, *, check_files: bool = True) -> ExportedModel:
     files = record["files"]
     if check_files:
         for name, expected in files.items():
-            if _sha256(folder / name) != expected:
+            if file_digest(folder / name, "sha256") != expected:
                 raise RuntimeError(f"{folder / name} does not match the sha256 in export.json; delete {folder} "
                                    f"so that the orchestrator exports the model again")
     run.set_provenance(extras={
@@ -75,13 +75,6 @@ def exported_model(run: Run, *, check_files: bool = True) -> ExportedModel:
     })
     return ExportedModel(path=folder / "model.onnx", record=record)
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- execution providers and precision -------------------------------------------------------------
