@@ -17,6 +17,7 @@ from orchestrator.backends import CellJob, cell_request
 from orchestrator.report import render
 from orchestrator.results import cell_path
 from workloads.common import canonical
+from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +123,7 @@ class ExportingBackend:
         assert (job.data_dir / job.parity / canonical.WEIGHTS_FILE).is_file()  # the canonical weights to export
         for name in onnx_export.MODEL_FILES:
             (job.export_dir / name).write_bytes(name.encode() * 100)
-        files = {name: onnx_export.file_sha256(job.export_dir / name) for name in onnx_export.MODEL_FILES}
+        files = {name: file_digest(job.export_dir / name, "sha256") for name in onnx_export.MODEL_FILES}
         (job.export_dir / "export.json").write_text(json.dumps({"opset": 20, "files": files}))
         result = Result(cell=job.cell)
         result.provenance.interpreter = "/venvs/pytorch/bin/python"
@@ -226,7 +227,7 @@ def test_export_then_smoke_cell_then_parity_in_the_real_environments(tmp_path):
     assert record["torch_version"].startswith("2.13.0") and record["parameter_count"] == 23_508_032
     assert record["input"]["shape"] == ["batch", 3, 224, 224]
     for name, digest in record["files"].items():
-        assert onnx_export.file_sha256(folder / name) == digest
+        assert file_digest(folder / name, "sha256") == digest
     extras = result.provenance.extras
     assert extras["onnx_model_sha256"] == record["files"]["model.onnx"]
     assert extras["onnx_canonical_weights_sha256"] == record["canonical_weights_sha256"]
