@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in Caffe2 (brew helpers, a training net and a test net).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the loss (SoftmaxWithLoss).
+settings from workloads/cnn/__init__.py. Softmax is folded into the loss (SoftmaxWithLoss).
 What to notice: a Caffe2 model is operators on named blobs. The training net gets its gradient
 operators from AddGradientOperators and its update operators from optimizer.build_sgd; the test net
 is a second model over the same parameter blobs with dropout switched off (is_test=1).

@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in Chainer.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
-settings from workloads/common/hyperparams.py. Chainer is define-by-run: the forward pass is plain
+settings from workloads/cnn/__init__.py. Chainer is define-by-run: the forward pass is plain
 Python, `loss.backward()` builds the gradients, `optimizer.update()` applies them.
 """
 import chainer

@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in CNTK 2.7's own API (cntk.layers, Trainer, momentum_sgd).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the loss
+settings from workloads/cnn/__init__.py. Softmax is folded into the loss
 (cross_entropy_with_softmax). What to notice: CNTK's momentum is "unit gain" by default
 (v = m*v + (1-m)*g), which the original study had to switch off; unit_gain=False is the plain form
 every other framework uses. Runs on Python 3.6 (CNTK 2.7's last).

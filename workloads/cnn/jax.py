@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in JAX: a Flax linen model, an Optax optimizer, one jax.jit step.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 What to notice: the model is a pure function of an explicit parameter pytree; the step (forward,
 gradient, optimizer update) is one compiled XLA program, and dropout takes an explicit PRNG key.
 """

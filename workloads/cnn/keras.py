@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in Keras 3: one file for the TensorFlow, JAX and PyTorch backends.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the loss (from_logits=True).
+settings from workloads/cnn/__init__.py. Softmax is folded into the loss (from_logits=True).
 The model is written once in the Functional API; KERAS_BACKEND, set before the import, picks the
 engine, and workloads/runtime/keras.py the convolution layout that engine runs best.
 """

@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in Keras 2.2 on CNTK (the original study's Keras(CNTK) row).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the loss
+settings from workloads/cnn/__init__.py. Softmax is folded into the loss
 (categorical_crossentropy with from_logits=True, which Keras' CNTK backend maps to CNTK's
 cross_entropy_with_softmax). Compare with workloads/cnn/keras.py: the same model in Keras 3.
 """

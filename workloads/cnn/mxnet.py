@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in MXNet Gluon (hybridized).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 Gluon builds the model imperatively; ``hybridize`` turns it into one cached symbolic graph.
 """
 import mxnet as mx

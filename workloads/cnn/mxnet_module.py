@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in MXNet's symbolic Module API.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
-settings from workloads/common/hyperparams.py. The model is a symbol graph (mx.sym); a Module binds
+settings from workloads/cnn/__init__.py. The model is a symbol graph (mx.sym); a Module binds
 it to fixed shapes once and runs forward_backward + update: the API the 2018 study timed fastest.
 Softmax is folded into the loss (SoftmaxOutput: forward gives probabilities, backward the
 cross-entropy gradient).

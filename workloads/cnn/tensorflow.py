@@ -1,7 +1,7 @@
 """VGG-style CNN trained on CIFAR-10, in TensorFlow's own low-level API (no Keras layers).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
-settings from workloads/common/hyperparams.py. Softmax is folded into the cross-entropy loss.
+settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 The model is a tf.Module of tf.Variables and tf.nn ops; one training step is a tf.GradientTape
 inside a tf.function, and the optimizer is written out in a few lines.
 """

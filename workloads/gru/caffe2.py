@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in Caffe2 (gru_cell over a RecurrentNetwork operator).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. What to notice: gru_cell.GRU(linear_before_reset=True) is the
+workloads/gru/__init__.py. What to notice: gru_cell.GRU(linear_before_reset=True) is the
 cuDNN form ("matches cudnn semantics", says its source); Caffe2's default is the other GRU. Its
 weights are four FC layers: one input projection for all three gates, one recurrent FC per gate.
 Caffe2's own Adam operator adds epsilon to sqrt(v), Keras' form, so Adam is written out in

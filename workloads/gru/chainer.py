@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in Chainer.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. L.NStepGRU takes cuDNN's fused kernel on a GPU (FAIRNESS.md:
+workloads/gru/__init__.py. L.NStepGRU takes cuDNN's fused kernel on a GPU (FAIRNESS.md:
 fused-rnn); it takes a list of sequences and returns the final hidden state, which for these
 equal-length (padded) sequences is the last time step's output.
 """

@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in CNTK 2.7's own API (sequence axes, Recurrence, optimized_rnnstack).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. Reviews are CNTK sequences (its dynamic sequence axis), so the
+workloads/gru/__init__.py. Reviews are CNTK sequences (its dynamic sequence axis), so the
 recurrence runs over time without any transposing by hand.
 What to notice: on a GPU the GRU is C.optimized_rnnstack(recurrent_op='gru'), cuDNN's fused kernel
 (FAIRNESS.md: fused-rnn), whose one weight is cuDNN's packed parameter buffer. It has no CPU kernel, and CNTK's

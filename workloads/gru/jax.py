@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in JAX: a Flax linen model, an Optax optimizer, one jax.jit step.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. JAX has no fused cuDNN GRU (FAIRNESS.md: fused-rnn cannot apply): the cell is
+workloads/gru/__init__.py. JAX has no fused cuDNN GRU (FAIRNESS.md: fused-rnn cannot apply): the cell is
 written out in the canonical reset-after form and run by jax.lax.scan over time-major input, with
 the input projections of all time steps hoisted out of the loop into one matmul. Flax's own
 nn.GRUCell is reset-after too, but with four bias vectors, not six (the reset and update gates

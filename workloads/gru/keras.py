@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in Keras 3: one file for the TensorFlow, JAX and PyTorch backends.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. keras.layers.GRU(reset_after=True) is the cuDNN form: on a GPU the
+workloads/gru/__init__.py. keras.layers.GRU(reset_after=True) is the cuDNN form: on a GPU the
 TensorFlow and PyTorch backends run cuDNN's fused kernel (FAIRNESS.md: fused-rnn); JAX has no fused GRU, so
 Keras runs a lax.scan with the input projections of all time steps hoisted into one matmul.
 """

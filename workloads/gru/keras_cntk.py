@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in Keras 2.2 on CNTK (the original study's Keras(CNTK) row).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. Compare with workloads/gru/keras.py (Keras 3): Keras 2.2's GRU
+workloads/gru/__init__.py. Compare with workloads/gru/keras.py (Keras 3): Keras 2.2's GRU
 defaults to the other GRU (reset_after=False) with a hard sigmoid, so both are set here; its
 fused cuDNN layer (CuDNNGRU) exists for TensorFlow only, so on CNTK the GRU is Keras' own
 recurrence on a GPU too (FAIRNESS.md: fused-rnn cannot be followed from Keras on CNTK).

@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in MXNet Gluon (hybridized).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. gluon.rnn.GRU is MXNet's fused RNN operator (cuDNN's on a GPU,
+workloads/gru/__init__.py. gluon.rnn.GRU is MXNet's fused RNN operator (cuDNN's on a GPU,
 FAIRNESS.md: fused-rnn).
 """
 import mxnet as mx

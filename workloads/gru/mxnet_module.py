@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in MXNet's symbolic Module API.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. mx.sym.RNN(mode="gru") is MXNet's fused RNN operator (cuDNN's on a
+workloads/gru/__init__.py. mx.sym.RNN(mode="gru") is MXNet's fused RNN operator (cuDNN's on a
 GPU, FAIRNESS.md: fused-rnn); it takes all its weights as one packed parameter vector.
 """
 import math

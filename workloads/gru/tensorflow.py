@@ -1,7 +1,7 @@
 """GRU sentiment classifier trained on IMDB, in TensorFlow's own low-level API (no Keras layers).
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/common/hyperparams.py. The GRU cell is written out (cuDNN's reset-after form) and run
+workloads/gru/__init__.py. The GRU cell is written out (cuDNN's reset-after form) and run
 over time-major input with tf.scan; on a GPU the same weights feed cuDNN's fused GRU kernel
 (tf.raw_ops.CudnnRNNV3; FAIRNESS.md: fused-rnn) unless XLA is on (XLA cannot compile that op).
 """
