@@ -7,11 +7,12 @@ import dataclasses  # novermin (Python 3.6 images install the dataclasses backpo
 import json
 import os
 import sys
-import tempfile
 import typing
 from dataclasses import dataclass, field  # novermin
 from pathlib import Path
 from typing import Dict, List, Optional, Union
+
+from workloads.common import safe_files
 
 SCHEMA_VERSION = 1
 
@@ -153,19 +154,8 @@ class Result:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(data, stream, indent=2, sort_keys=False)
-            stream.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write `data` as indented JSON atomically, never through a link (workloads/common/safe_files.py)."""
+    safe_files.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def _build(kind, data):

@@ -1,0 +1,93 @@
+"""Writing and removing the files a run produces without ever following a link.
+
+Standard library only (Python 3.6 and newer: the images use it too). Every file the project
+produces is written atomically (a temporary file in the same folder, flushed and fsynced, then
+renamed over the target), so a crash or a full disk leaves the previous good file or none, never
+a truncated one. Renaming replaces a link planted at the target instead of writing through it,
+and the folders on the way are refused if they are links. Removal never descends into a link.
+"""
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Union
+
+FILE_MODE = 0o644  # results and reports: one mode for every file a run produces
+FOLDER_MODE = 0o755
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class UnsafePath(OSError):
+    """A path the run would create, write or remove is a link, or not the kind of thing expected."""
+
+
+def refuse_links(path: PathLike, *, below: PathLike = None) -> None:
+    """Raise UnsafePath if `path` is a symbolic link, or any folder between `below` and it is.
+
+    `below` is the folder the caller trusts (e.g. the results folder); components from it upwards
+    are the user's business (a results folder may well live under a linked home folder). Without
+    `below`, only `path` itself is checked."""
+    path = Path(path)
+    candidates = [path] + (list(path.parents) if below is not None else [])
+    for candidate in candidates:
+        if below is not None and candidate == Path(below):
+            break
+        if candidate.is_symlink():
+            raise UnsafePath("{} is a symbolic link; Rosetta Bench never writes or deletes through "
+                             "links".format(candidate))
+
+
+def make_folder(path: PathLike, *, below: PathLike = None, mode: int = FOLDER_MODE) -> Path:
+    """Create `path` (and missing parents) as real folders; an existing link or file is refused."""
+    path = Path(path)
+    refuse_links(path, below=below)
+    if path.exists() and not path.is_dir():
+        raise UnsafePath("{} exists and is not a folder".format(path))
+    path.mkdir(parents=True, exist_ok=True, mode=mode)
+    refuse_links(path, below=below)  # a link swapped in meanwhile
+    return path
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:
+    """Write `data` to `path` atomically: temporary file, fsync, rename. Never through a link."""
+    path = Path(path)
+    make_folder(path.parent, below=below)
+    if os.path.isdir(str(path)) and not os.path.islink(str(path)):
+        raise UnsafePath("{} is a folder; expected a file".format(path))
+    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, str(path))  # replaces a link at `path` itself, never writes through it
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def write_text_atomic(path: PathLike, text: str, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:
+    return write_bytes_atomic(path, text.encode("utf-8"), mode=mode, below=below)
+
+
+def remove_tree(path: PathLike) -> None:
+    """Remove `path` if it exists: a link is unlinked (its target is left alone), a folder is
+    removed without following any link inside it, a file is unlinked."""
+    path = str(path)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)
+        return
+    # shutil.rmtree does not follow links inside the tree (it unlinks them) and, where the
+    # platform allows, guards against a folder swapped for a link while it works (fd-based).
+    shutil.rmtree(path)
