@@ -12,6 +12,7 @@ import http.server
 import io
 import os
 import pickle
+import shutil
 import socket
 import tarfile
 import threading
@@ -423,6 +424,54 @@ def test_an_archive_missing_a_batch_is_refused(server, data_dir):
         data.load_cifar10(data_dir, remote=server.remote(data.CIFAR10, body))
 
 
+# --- a tampered archive with its stamp's size and mtime: nothing it holds is ever unpickled ------
+
+
+class WritesMarker:
+    """Unpickling this runs code: it creates the marker file (the attack's visible effect)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def swap_keeping_the_stamp(archive, forged: bytes) -> None:
+    """Replace ``archive`` with ``forged`` (padded to its size) and restore its mtime, as ``cp -p``,
+    ``rsync -t`` or ``tar`` would: its stamp (digest, size, mtime) still matches."""
+    status = archive.stat()
+    assert len(forged) <= status.st_size, "the forged file must fit in the real one's size"
+    archive.write_bytes(forged + bytes(status.st_size - len(forged)))
+    os.utime(archive, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert archive.stat().st_size == status.st_size
+
+
+def forged_cifar_tar(marker) -> bytes:
+    """A plain tar of the CIFAR layout whose first batch's pickle runs a payload (zero padding is a valid tar end)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in CIFAR_BATCHES:
+            add_bytes(tar, f"cifar-10-batches-py/{name}", pickle.dumps({b"payload": WritesMarker(marker)}, protocol=2))
+    return buffer.getvalue()
+
+
+def test_a_tampered_cifar_archive_with_the_stamps_size_and_mtime_is_never_unpickled(server, tmp_path, data_dir):
+    body, _ = cifar_tarball()
+    remote = server.remote(data.CIFAR10, body)
+    data.load_cifar10(data_dir, remote=remote)
+    archive = data_dir / remote.filename
+    marker = tmp_path / "payload-ran"
+    swap_keeping_the_stamp(archive, forged_cifar_tar(marker))
+    assert data.checksum._stamp_matches(remote, archive)  # the stamp alone cannot tell
+    shutil.rmtree(data_dir / "cache")  # no parsed cache: the archive must be read again
+    with pytest.raises(data.DataError, match=r"is corrupt \(md5 expected .*delete it") as error:
+        data.load_cifar10(data_dir, remote=remote, offline=True)
+    assert "\n" not in str(error.value)
+    assert not marker.exists(), "the forged archive's pickle ran"
+    assert not data.checksum._stamp_matches(remote, archive)  # the next fetch hashes it in full
+
+
 # --- IMDB ------------------------------------------------------------------------------------
 
 
@@ -460,7 +509,8 @@ def test_imdb_second_load_uses_the_cache(server, data_dir, monkeypatch):
         raise AssertionError("the cached load re-hashed or re-parsed the archive")
 
     monkeypatch.setattr(data.checksum, "file_digest", must_not_run)
-    monkeypatch.setattr(data.imdb, "_parse_imdb_archive", must_not_run)
+    monkeypatch.setattr(data.imdb, "_convert_imdb_archive", must_not_run)
+    monkeypatch.setattr(data.imdb, "read_verified", must_not_run)
     second = data.load_imdb(data_dir, settings=GRU, remote=remote, offline=True)
     np.testing.assert_array_equal(first.x_train, second.x_train)
     np.testing.assert_array_equal(first.y_test, second.y_test)
@@ -474,7 +524,8 @@ def test_imdb_cache_is_keyed_by_the_preprocessing_settings(server, data_dir):
     shorter = dataclasses.replace(GRU, sequence_length=20, vocabulary=1000)
     dataset = data.load_imdb(data_dir, settings=shorter, remote=remote, offline=True)
     assert dataset.x_train.shape == (30, 20) and dataset.x_train.max() < 1000
-    assert len(files_in(data_dir / "cache")) == 2 * 6  # two folders, five files each
+    # The reviews converted once (six arrays and a format file), and two preprocessings (four and one).
+    assert len(files_in(data_dir / "cache")) == 8 + 2 * 6
 
 
 def test_imdb_checksum_mismatch_leaves_nothing(server, data_dir):
@@ -483,6 +534,80 @@ def test_imdb_checksum_mismatch_leaves_nothing(server, data_dir):
     with pytest.raises(data.DataError, match="sha256 expected f{64}, got"):
         data.load_imdb(data_dir, settings=GRU, remote=remote)
     assert files_in(data_dir) == []
+
+
+def forged_imdb_npz(marker) -> bytes:
+    """A Keras-shaped imdb.npz whose x_train object array unpickles a payload."""
+    buffer = io.BytesIO()
+    np.savez(buffer, x_train=object_array([WritesMarker(marker)]), y_train=np.zeros(1, np.int64),
+             x_test=object_array([[1, 2]]), y_test=np.zeros(1, np.int64))
+    return buffer.getvalue()
+
+
+def test_a_tampered_imdb_npz_with_the_stamps_size_and_mtime_is_never_unpickled(server, tmp_path, data_dir):
+    body, raw = imdb_npz(train=60, test=40)
+    remote = server.remote(data.IMDB, body)
+    first = data.load_imdb(data_dir, settings=GRU, remote=remote)
+    archive = data_dir / remote.filename
+    marker = tmp_path / "payload-ran"
+    swap_keeping_the_stamp(archive, forged_imdb_npz(marker))
+    assert data.checksum._stamp_matches(remote, archive)  # the stamp alone cannot tell
+
+    # New settings: preprocessed afresh from the reviews converted when the file was verified.
+    shorter = dataclasses.replace(GRU, sequence_length=20, vocabulary=1000)
+    dataset = data.load_imdb(data_dir, settings=shorter, remote=remote, offline=True)
+    train_order = keras_order(len(raw["x_train"]), np.random.RandomState(113))
+    np.testing.assert_array_equal(dataset.x_train, reference_preprocess(raw["x_train"], **gru_options(shorter))[train_order])
+    assert not marker.exists(), "the forged imdb.npz's pickle ran"
+
+    # No cache at all: the archive must be read, and its full digest refuses it first.
+    shutil.rmtree(data_dir / "cache")
+    with pytest.raises(data.DataError, match=r"is corrupt \(sha256 expected .*delete it") as error:
+        data.load_imdb(data_dir, settings=GRU, remote=remote, offline=True)
+    assert "\n" not in str(error.value)
+    assert not marker.exists(), "the forged imdb.npz's pickle ran"
+    assert first.x_train.shape == (60, GRU.sequence_length)
+
+
+def test_imdb_is_converted_once_to_arrays_that_load_without_pickle(server, data_dir, monkeypatch):
+    body, raw = imdb_npz()
+    remote = server.remote(data.IMDB, body)
+    reviews = data.load_imdb_reviews(data_dir, remote=remote)
+    for split in ("train", "test"):
+        got = data.reviews_of(reviews[f"{split}_tokens"], reviews[f"{split}_offsets"])
+        assert [review.tolist() for review in got] == raw[f"x_{split}"]  # the round trip: every review, in order
+        np.testing.assert_array_equal(reviews[f"{split}_labels"], raw[f"y_{split}"])
+        assert reviews[f"{split}_tokens"].dtype == np.int32
+    # The cache is plain arrays: every file loads with allow_pickle=False, and later loads never unpickle.
+    cache_files = sorted((data_dir / "cache").rglob("*.npy"))
+    assert len(cache_files) == 6
+    for path in cache_files:
+        assert np.load(path, allow_pickle=False).dtype != object
+
+    def must_not_unpickle(*args, **kwargs):
+        raise AssertionError("a cached load unpickled something")
+
+    monkeypatch.setattr(pickle, "load", must_not_unpickle)
+    monkeypatch.setattr(pickle, "loads", must_not_unpickle)
+    monkeypatch.setattr(data.imdb, "read_verified", must_not_unpickle)
+    dataset = data.load_imdb(data_dir, settings=GRU, remote=remote, offline=True)
+    train_order = keras_order(len(raw["x_train"]), np.random.RandomState(113))
+    np.testing.assert_array_equal(dataset.x_train, reference_preprocess(raw["x_train"], **gru_options())[train_order])
+
+
+def test_a_cache_of_the_old_format_is_rebuilt_not_trusted(server, data_dir):
+    body, raw = imdb_npz()
+    remote = server.remote(data.IMDB, body)
+    data.load_imdb(data_dir, settings=GRU, remote=remote)
+    # A cache written by the previous layout (format 1), well-formed but not what this version computes.
+    preprocessed = next((data_dir / "cache").glob("imdb-*-v*"))
+    for format_file in (data_dir / "cache").glob("*/format"):
+        format_file.write_text("1\n")
+    np.save(preprocessed / "x_train.npy", np.zeros((30, GRU.sequence_length), np.int32))
+    dataset = data.load_imdb(data_dir, settings=GRU, remote=remote, offline=True)
+    train_order = keras_order(len(raw["x_train"]), np.random.RandomState(113))
+    np.testing.assert_array_equal(dataset.x_train, reference_preprocess(raw["x_train"], **gru_options())[train_order])
+    assert {path.read_text() for path in (data_dir / "cache").glob("*/format")} == {f"{data.cache.CACHE_FORMAT}\n"}
 
 
 def test_preprocess_imdb_hand_computed_example():

@@ -41,7 +41,8 @@ def _parse_cifar10_archive(remote: RemoteFile, archive: pathlib.Path) -> dict:
     """Read the batches straight from the tarball: nothing is extracted to disk."""
     wanted = set(_CIFAR10_TRAIN_MEMBERS) | {_CIFAR10_TEST_MEMBER}
     raw_members = read_tar_members(remote, archive, wanted)
-    # Every member has been validated; only now is anything unpickled (raw bytes freed as we go).
+    # Every member has been validated and the whole archive's digest checked on the very bytes read
+    # (not trusted from the stamp): only now is anything unpickled (raw bytes freed as we go).
     train = [_cifar10_batch(remote, name, raw_members.pop(name)) for name in _CIFAR10_TRAIN_MEMBERS]
     test_images, test_labels = _cifar10_batch(remote, _CIFAR10_TEST_MEMBER, raw_members.pop(_CIFAR10_TEST_MEMBER))
     return {

@@ -1,14 +1,25 @@
-"""IMDB from Keras's imdb.npz, preprocessed and ordered exactly as keras.datasets.imdb.load_data does."""
+"""IMDB from Keras's imdb.npz, preprocessed and ordered exactly as keras.datasets.imdb.load_data does.
+
+imdb.npz holds its reviews as object arrays, which numpy can only read by unpickling. So the file
+is unpickled once, from bytes whose published digest was checked in this process right before
+(``read_verified``), and converted into a cache that needs no pickle: per split, every review's
+word ids back to back (``<split>_tokens``, int32), where each review starts (``<split>_offsets``,
+int64, one more than the reviews) and the labels (``<split>_labels``, int64). Every later load,
+the preprocessing for any settings, and the containers (which mount the data read-only) read
+only that cache, with ``allow_pickle=False``.
+"""
+import io
 import itertools
 import os
 import pathlib
 import pickle
 import zlib
-from typing import Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
 from .cache import read_cache, write_cache
+from .checksum import read_verified
 from .dataset import Dataset
 from .download import fetch
 from .errors import DataError, describe
@@ -16,6 +27,8 @@ from .published import IMDB, RemoteFile
 
 # keras.datasets.imdb.load_data shuffles train, then test, with one RandomState(113).
 _KERAS_IMDB_SHUFFLE_SEED = 113
+_IMDB_SPLITS = ("train", "test")
+_REVIEW_ARRAYS = tuple(f"{split}_{part}" for split in _IMDB_SPLITS for part in ("tokens", "offsets", "labels"))
 
 
 def load_imdb(data_dir: Union[str, os.PathLike], *, settings, remote: RemoteFile = IMDB, offline: bool = False) -> Dataset:
@@ -25,13 +38,13 @@ def load_imdb(data_dir: Union[str, os.PathLike], *, settings, remote: RemoteFile
     sorted-by-label order never reaches a capped evaluation.
     """
     data_dir = pathlib.Path(data_dir)
-    archive = fetch(remote, data_dir, offline=offline)
     options = imdb_options(settings)
     cache_dir = data_dir / "cache" / ("imdb-{}-v{vocabulary}-len{sequence_length}-start{start_char}-oov{oov_char}"
                                       "-from{index_from}".format(remote.digest.lower()[:12], **options))
+    fetch(remote, data_dir, offline=offline)
     arrays = read_cache(cache_dir, lambda found: _check_imdb_arrays(found, options["sequence_length"]))
     if arrays is None:
-        arrays = _parse_imdb_archive(remote, archive, options)
+        arrays = _preprocess_reviews(load_imdb_reviews(data_dir, remote=remote, offline=True), options)
         write_cache(cache_dir, arrays)
     return Dataset(x_train=np.array(arrays["x_train"]), y_train=np.array(arrays["y_train"]),
                    x_test=np.array(arrays["x_test"]), y_test=np.array(arrays["y_test"]),
@@ -44,22 +57,89 @@ def imdb_options(settings) -> dict:
             for name in ("vocabulary", "sequence_length", "start_char", "oov_char", "index_from")}
 
 
-def _parse_imdb_archive(remote: RemoteFile, archive: pathlib.Path, options: dict) -> dict:
-    # allow_pickle is safe here only because fetch() has verified the published checksum.
+def load_imdb_reviews(data_dir: Union[str, os.PathLike], *, remote: RemoteFile = IMDB, offline: bool = False) -> dict:
+    """The raw reviews in the pickle-free layout (``<split>_tokens``, ``_offsets``, ``_labels``; file order).
+
+    Read from the converted cache; when it is absent or unusable, converted from imdb.npz after
+    verifying its full digest on the bytes that are then unpickled (the stamp is not enough there).
+    """
+    data_dir = pathlib.Path(data_dir)
+    archive = fetch(remote, data_dir, offline=offline)
+    cache_dir = data_dir / "cache" / f"imdb-reviews-{remote.digest.lower()[:12]}"
+    arrays = read_cache(cache_dir, _check_review_arrays, names=_REVIEW_ARRAYS)
+    if arrays is None:
+        arrays = _convert_imdb_archive(remote, archive)
+        write_cache(cache_dir, arrays)
+    return arrays
+
+
+def reviews_of(tokens: np.ndarray, offsets: np.ndarray) -> List[np.ndarray]:
+    """One split's reviews back as one array of word ids each."""
+    return [tokens[start:end] for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+
+def _convert_imdb_archive(remote: RemoteFile, archive: pathlib.Path) -> dict:
+    content = read_verified(remote, archive)  # the digest of exactly these bytes is the published one
     try:
-        with np.load(archive, allow_pickle=True) as npz:
+        # allow_pickle is safe here only because `content` was verified just above, in this process.
+        with np.load(io.BytesIO(content), allow_pickle=True) as npz:
             raw = {name: npz[name] for name in ("x_train", "y_train", "x_test", "y_test")}
-    except (KeyError, ValueError, OSError, EOFError, pickle.UnpicklingError, zlib.error) as error:
+        arrays = {}
+        for split in _IMDB_SPLITS:
+            tokens, offsets = _flatten_reviews(raw[f"x_{split}"])
+            labels = np.asarray(raw[f"y_{split}"], dtype=np.int64)
+            if labels.shape != (len(offsets) - 1,):
+                raise ValueError(f"{len(offsets) - 1} {split} reviews but labels of shape {labels.shape}")
+            arrays.update({f"{split}_tokens": tokens, f"{split}_offsets": offsets, f"{split}_labels": labels})
+    except (KeyError, ValueError, TypeError, OverflowError, OSError, EOFError, pickle.UnpicklingError,
+            zlib.error) as error:
         raise DataError(f"{remote.name}: cannot read {archive} as a Keras imdb.npz ({describe(error)}); "
                         f"delete it and run again to download it afresh") from None
+    return arrays
+
+
+def _flatten_reviews(reviews: Sequence[Sequence[int]]) -> tuple:
+    """Word ids back to back (int32) and where each review starts (int64, len(reviews) + 1)."""
+    lengths = np.fromiter((len(review) for review in reviews), dtype=np.int64, count=len(reviews))
+    offsets = np.zeros(len(reviews) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    words = np.fromiter(itertools.chain.from_iterable(reviews), dtype=np.int64, count=int(offsets[-1]))
+    if words.size and (words.min() < 0 or words.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"word ids outside 0..{np.iinfo(np.int32).max}")
+    return words.astype(np.int32), offsets
+
+
+def _check_review_arrays(arrays: dict) -> bool:
+    for split in _IMDB_SPLITS:
+        tokens, offsets, labels = (arrays[f"{split}_{part}"] for part in ("tokens", "offsets", "labels"))
+        if not (tokens.dtype == np.int32 and tokens.ndim == 1 and offsets.dtype == np.int64 and offsets.ndim == 1
+                and labels.dtype == np.int64 and labels.shape == (len(offsets) - 1,) and len(offsets) >= 1
+                and offsets[0] == 0 and offsets[-1] == len(tokens) and bool(np.all(np.diff(offsets) >= 0))):
+            return False
+    return True
+
+
+def _preprocess_reviews(reviews: dict, options: dict) -> dict:
+    """Keras's preprocessing of both splits, rows shuffled as keras.datasets.imdb.load_data does."""
     shuffle = np.random.RandomState(_KERAS_IMDB_SHUFFLE_SEED)
     arrays = {}
-    for split in ("train", "test"):
-        order = np.arange(len(raw[f"x_{split}"]))
+    for split in _IMDB_SPLITS:
+        offsets = np.asarray(reviews[f"{split}_offsets"])
+        order = np.arange(len(offsets) - 1)
         shuffle.shuffle(order)
-        arrays[f"x_{split}"] = preprocess_imdb(raw[f"x_{split}"], **options)[order]
-        arrays[f"y_{split}"] = np.asarray(raw[f"y_{split}"], dtype=np.int64)[order]
+        arrays[f"x_{split}"] = _preprocess_flat(np.asarray(reviews[f"{split}_tokens"]), offsets, options)[order]
+        arrays[f"y_{split}"] = np.asarray(reviews[f"{split}_labels"], dtype=np.int64)[order]
     return arrays
+
+
+def _preprocess_flat(tokens: np.ndarray, offsets: np.ndarray, options: dict) -> np.ndarray:
+    """preprocess_imdb on reviews stored back to back: only each review's surviving tail is gathered."""
+    lengths = np.diff(offsets)
+    kept = np.minimum(lengths, options["sequence_length"])
+    tail_starts = offsets[1:] - kept
+    rank = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+    flat_words = tokens[np.repeat(tail_starts, kept) + rank].astype(np.int64)
+    return pad_flat_reviews(flat_words, kept, lengths, **options)
 
 
 def preprocess_imdb(sequences: Sequence[Sequence[int]], *, vocabulary: int, sequence_length: int,

@@ -1,26 +1,36 @@
 """Reading members of a tar archive in one streaming pass, refusing any member that is unsafe.
 
-Nothing is extracted to disk: the wanted members come back as bytes.
+Nothing is extracted to disk: the wanted members come back as bytes, and only once the bytes of
+the whole archive, hashed as they were read, match the published digest (the caller may unpickle them).
 """
 import pathlib
 import tarfile
 import zlib
 
+from .checksum import VerifyingReader
 from .errors import DataError, describe
 from .published import RemoteFile
 
 
 def read_tar_members(remote: RemoteFile, archive: pathlib.Path, wanted: set) -> dict:
-    """One streaming pass over the archive: validate every member, keep the bytes of the wanted ones."""
+    """One streaming pass over the archive: validate every member, keep the bytes of the wanted ones,
+    and verify the archive's full digest on the bytes read; a DataError if anything is wrong."""
     contents = {}
     try:
-        with tarfile.open(archive, mode="r|*") as tar:
-            for member in tar:
-                _check_member_is_safe(remote, archive, member)
-                if member.isfile() and _normalised_member_name(member.name) in wanted:
-                    contents[_normalised_member_name(member.name)] = tar.extractfile(member).read()
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
-        raise DataError(f"{remote.name}: {archive} is not a readable tar archive ({describe(error)}); "
+        with VerifyingReader(remote, archive) as reader:
+            try:
+                with tarfile.open(str(archive), mode="r|*", fileobj=reader) as tar:
+                    for member in tar:
+                        _check_member_is_safe(remote, archive, member)
+                        if member.isfile() and _normalised_member_name(member.name) in wanted:
+                            contents[_normalised_member_name(member.name)] = tar.extractfile(member).read()
+            except (tarfile.TarError, EOFError, zlib.error) as error:
+                reader.verify()  # a tampered archive is named as such, before its format is blamed
+                raise DataError(f"{remote.name}: {archive} is not a readable tar archive ({describe(error)}); "
+                                f"delete it and run again to download it afresh") from None
+            reader.verify()
+    except OSError as error:
+        raise DataError(f"{remote.name}: cannot read {archive} ({describe(error)}); "
                         f"delete it and run again to download it afresh") from None
     missing = sorted(wanted - set(contents))
     if missing:
