@@ -1,4 +1,5 @@
 """The cell document: how every backend hands a cell to `python -m workloads --cell FILE`."""
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -6,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends import CELL_DOCUMENT, cell_request, write_cell_document
-from workloads.__main__ import parse_args
+from workloads.__main__ import main, parse_args
 from workloads.common.cell import CELL_DOCUMENT_VERSION, CellDocumentError, CellRequest
 from workloads.common.result import Cell, Result
 
@@ -67,6 +68,78 @@ def test_the_entry_point_refuses_a_bad_or_mixed_cell_document(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--cell", str(tmp_path / "missing.json")])
     assert "cannot read it" in capsys.readouterr().err
+
+
+UNSAFE_NAMES = ["../..", "../../../tmp/escape", "a/b", ".hidden", "a__b", "", "x" * 65, "cpu\n", "c\u0301pu"]
+
+
+@pytest.mark.parametrize("field", ["framework", "variant", "workload", "precision", "profile", "data"])
+@pytest.mark.parametrize("value", UNSAFE_NAMES)
+def test_a_name_that_would_become_an_unsafe_path_is_refused_in_one_line(tmp_path, monkeypatch, capsys, field, value):
+    """Every name in the cell's key (the default result path) is checked, by argument and by document."""
+    if value == "" and field in ("framework", "workload"):
+        pytest.skip("an empty framework or workload is refused as missing")
+    monkeypatch.setenv("ROSETTA_RESULTS_DIR", str(tmp_path / "results"))
+    cell = dataclasses.replace(CELL, **{field: value})
+    path = write_cell_document(CellRequest(cell=cell, device="cpu"), tmp_path)
+    before = files_under(tmp_path.parent)
+    arguments = [cell.workload, "--framework", cell.framework, "--variant", cell.variant,
+                 "--precision", cell.precision, "--profile", cell.profile, "--data", cell.data]
+    for argv in (["--cell", str(path)], arguments):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        if argv is arguments and field in ("precision", "profile", "data"):
+            assert "invalid choice" in err  # argparse's own choices, with its usage line
+        else:
+            assert err.count("\n") == 1 and f"invalid {field}" in err, err
+    assert files_under(tmp_path.parent) == before
+
+
+def files_under(folder: Path) -> list:
+    return sorted(str(path) for path in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("name", ["cu118", "keras-tf", "mxnet-module", "py3.6", "cpu_avx2", "gcc+mkl"])
+def test_ordinary_names_are_accepted(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROSETTA_RESULTS_DIR", str(tmp_path))
+    assert parse_args(["gru", "--framework", "pytorch", "--variant", name]).cell.variant == name
+
+
+@pytest.mark.parametrize("how", ["a folder", "under a file"])
+def test_an_out_that_cannot_be_a_file_is_refused_before_the_run(tmp_path, capsys, how):
+    target = tmp_path / "results"
+    target.mkdir()
+    if how == "under a file":
+        (tmp_path / "file").write_text("")
+        target = tmp_path / "file" / "sub" / "result.json"
+    started = []
+    with pytest.raises(SystemExit) as exit_info:
+        main(["cnn", "--framework", "pytorch", "--profile", "smoke", "--data", "synthetic", "--out", str(target)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(target) in err and "--out" in err and "Traceback" not in err, err
+    assert not started
+
+
+def test_a_result_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """The check before the run can be overtaken (a folder made meanwhile): still one line, exit 2."""
+    import workloads.__main__ as entry
+
+    out = tmp_path / "result.json"
+    monkeypatch.setattr(entry, "out_problem", lambda path: None)
+    monkeypatch.setattr(entry.importlib, "import_module", lambda name: out.mkdir() or _Succeeds)
+    code = main(["cnn", "--framework", "pytorch", "--profile", "smoke", "--data", "synthetic", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write the result to" in err and "Traceback" not in err, err
+
+
+class _Succeeds:
+    @staticmethod
+    def run(run):
+        pass
 
 
 @pytest.mark.e2e

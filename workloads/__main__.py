@@ -20,7 +20,7 @@ from typing import List, Optional
 import numpy as np
 
 from workloads.common import canonical, hyperparams, naming
-from workloads.common.cell import CellDocumentError, CellRequest
+from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
 
@@ -76,8 +76,14 @@ def parse_args(argv: Optional[List[str]] = None) -> CellRequest:
         request = request_from_arguments(args)
     problem = request_problem(request)
     if problem:
-        parser.error(problem)
+        refuse(problem)
     return request
+
+
+def refuse(problem: str) -> None:
+    """One line naming the fix, exit 2 (argparse's usage block would bury it)."""
+    print(f"python -m workloads: error: {problem}", file=sys.stderr)
+    sys.exit(2)
 
 
 def request_from_arguments(args: argparse.Namespace) -> CellRequest:
@@ -99,6 +105,9 @@ def request_from_arguments(args: argparse.Namespace) -> CellRequest:
 def request_problem(request: CellRequest) -> Optional[str]:
     """What makes a cell document unrunnable (checked the same way for --cell and for arguments), or None."""
     cell = request.cell
+    unsafe = unsafe_name_problem(cell)
+    if unsafe:
+        return unsafe
     if not cell.workload:
         return f"name the workload ({', '.join(hyperparams.WORKLOADS)}) or give --cell FILE"
     if not cell.framework:
@@ -112,6 +121,23 @@ def request_problem(request: CellRequest) -> Optional[str]:
             return f"invalid {what} {value!r}; choose from {', '.join(choices)}"
     if request.export_onnx and not request.parity:
         return "--export-onnx needs --parity DIR: the canonical weights to export"
+    return out_problem(result_path(request))
+
+
+def result_path(request: CellRequest) -> str:
+    """--out, else $ROSETTA_RESULTS_DIR/<cell key>.json (the key is built from checked names)."""
+    return request.out or os.path.join(os.environ.get("ROSETTA_RESULTS_DIR", "."), f"{request.cell.key}.json")
+
+
+def out_problem(out: str) -> Optional[str]:
+    """Why the result could not be written to ``out`` (checked before the run, not after it), or None."""
+    if os.path.isdir(out):
+        return f"--out {out} is a folder; name the JSON file to write, e.g. {os.path.join(out, 'result.json')}"
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"cannot write the result to {out}: {parent} is not a folder; choose another --out"
     return None
 
 
@@ -123,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: no {cell.workload} workload for framework {cell.framework!r}; "
               f"choose from {', '.join(choices)}", file=sys.stderr)
         return 2
-    out = request.out or os.path.join(os.environ.get("ROSETTA_RESULTS_DIR", "."), f"{cell.key}.json")
+    out = result_path(request)
     run = Run(cell, device=request.device, data_dir=request.data_dir)
     code = EXIT_OK
     try:
@@ -153,7 +179,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         traceback.print_exc()
         run.result.status, code = "failed", EXIT_FAILED
         run.result.reason = f"{type(error).__name__}: {error}".strip()
-    run.finish().write(out)
+    try:
+        run.finish().write(out)
+    except OSError as error:  # changed under us since the check, a full disk, a link refused (safe_files)
+        print(f"error: cannot write the result to {out} ({error}); choose another --out", file=sys.stderr)
+        return 2
     print(f"{cell.key}: {run.result.status}" + (f" ({run.result.reason})" if run.result.reason else ""),
           file=sys.stderr)
     return code

@@ -9,6 +9,7 @@ Paths are as the workload sees them (inside a container: the mount points).
 import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
 import json
 import os
+import re
 from dataclasses import dataclass  # novermin
 from typing import Optional, Union
 
@@ -18,8 +19,30 @@ from workloads.common.result import Cell
 CELL_DOCUMENT_VERSION = 1
 
 
+# A name that becomes part of a file name (the cell's key, hence the default result path): letters
+# and digits in runs joined by single '.', '_', '+' or '-'. No '/', no '..', no leading dot, no '__'
+# (the key's separator), so no name can escape the results folder or make two cells share a key.
+SAFE_NAME = re.compile(r"[A-Za-z0-9]+(?:[._+-][A-Za-z0-9]+)*\Z")
+SAFE_NAME_MAX = 64
+PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data")
+
+
 class CellDocumentError(ValueError):
     """A cell document this version of the workloads cannot read."""
+
+
+def unsafe_name_problem(cell) -> Optional[str]:
+    """What makes one of the cell's names unfit to be part of a file name, or None.
+
+    Checked before any other check names the value, so that a hostile value is refused as such."""
+    for field_name in PATH_NAMES:
+        value = getattr(cell, field_name)
+        if not isinstance(value, str) or (not value and field_name in ("framework", "workload")):
+            continue  # the caller's own checks name a missing framework or workload
+        if len(value) > SAFE_NAME_MAX or not SAFE_NAME.match(value):
+            return (f"invalid {field_name} {value[:SAFE_NAME_MAX]!r}: a name is letters and digits joined by single "
+                    f"'.', '_', '+' or '-' (at most {SAFE_NAME_MAX} characters), as it becomes part of a file name")
+    return None
 
 
 @dataclass
