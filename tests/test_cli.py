@@ -103,6 +103,47 @@ def test_list_and_doctor(in_tmp, capsys, monkeypatch):
     assert "Python" in out and "Docker engine" in out and "GPUs" in out
 
 
+@pytest.mark.parametrize("which", ["cache", "data"])
+def test_doctor_on_an_unreadable_folder_is_one_line(in_tmp, capsys, monkeypatch, which):
+    """Tests run as root, whom chmod 000 does not stop: the folder's listing raises as it would for a user."""
+    from pathlib import Path as RealPath
+
+    monkeypatch.setenv("COLUMNS", "250")
+    unreadable = in_tmp / which
+    (unreadable / "venvs").mkdir(parents=True)
+    real_glob, real_is_file = RealPath.glob, RealPath.is_file
+
+    def denied_glob(self, pattern):
+        if str(self).startswith(str(unreadable)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_glob(self, pattern)
+
+    def denied_is_file(self):
+        if str(self).startswith(str(unreadable)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_file(self)
+
+    monkeypatch.setattr(RealPath, "glob", denied_glob)
+    monkeypatch.setattr(RealPath, "is_file", denied_is_file)
+    assert main(["doctor", f"--{which}-dir", str(unreadable)]) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "Python" in captured.out  # the rest is still reported
+    line = next(line for line in captured.err.splitlines() if line.startswith("error:"))
+    assert f"cannot read {unreadable}" in line and "Permission denied" in line and f"--{which}-dir" in line
+
+
+def test_doctor_with_a_cache_path_that_is_a_file(in_tmp, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    (in_tmp / "a-file").write_text("")
+    a_file = in_tmp / "a-file"
+    assert main(["doctor", "--cache-dir", str(a_file), "--data-dir", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("error:"), err
+    assert f"cannot use {a_file} (it is not a folder)" in lines[0]
+    assert "--cache-dir DIR" in lines[0] and "--data-dir DIR" in lines[0]
+
+
 def test_verbose_shows_the_traceback_and_the_module_entry_point_works(tmp_path):
     completed = subprocess.run([sys.executable, "-m", "orchestrator", "--verbose", "run-matrix", "--frameworks", "nope"],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator import __version__, host
+from orchestrator.errors import UserError
 from workloads.common import data as datasets
 
 HELP = "what this host can run"
@@ -22,14 +23,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    Console().print(doctor(args.cache_dir, args.data_dir))
+    problems: list[str] = []
+    Console().print(doctor(args.cache_dir, args.data_dir, problems=problems))
+    if problems:  # everything else is still reported above; the fix comes as one line, exit 2
+        raise UserError("; ".join(problems))
     return 0
 
 
-def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table:
-    """What this host can run."""
+def doctor(cache_dir: Path | None = None, data_dir: Path | None = None, *, problems: list[str] | None = None) -> Table:
+    """What this host can run; a folder it cannot read is named in its row and added to ``problems``."""
     from orchestrator.backends.local import READY_MARKER, default_cache_dir
 
+    problems = [] if problems is None else problems
     table = Table(title="What this host can run", show_header=False)
     table.add_column("what")
     table.add_column("status")
@@ -41,13 +46,39 @@ def doctor(cache_dir: Path | None = None, data_dir: Path | None = None) -> Table
         table.add_row("leftover cell containers", leftover_containers())
     gpus = host.gpus()
     table.add_row("GPUs", "\n".join(gpus) if gpus else "none (CUDA variants will be recorded as unsupported)")
-    venvs = (Path(cache_dir) if cache_dir else default_cache_dir()) / "venvs"
-    built = sorted(p.name for p in venvs.glob("*") if (p / READY_MARKER).is_file()) if venvs.is_dir() else []
-    table.add_row("environments built", "\n".join(built) if built else f"none yet (built on first use in {venvs})")
+    cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
+    venvs = cache_root / "venvs"
+    try:
+        _refuse_non_folder(cache_root)
+        built = sorted(p.name for p in venvs.glob("*") if (p / READY_MARKER).is_file()) if venvs.is_dir() else []
+    except OSError as error:
+        built = None
+        problems.append(_unreadable(venvs, error, "--cache-dir DIR (or $ROSETTA_CACHE_DIR)"))
+    table.add_row("environments built", "unreadable: " + problems[-1] if built is None
+                  else "\n".join(built) if built else f"none yet (built on first use in {venvs})")
     folder = Path(data_dir) if data_dir else datasets.default_data_dir()
-    present = [remote.filename for remote in (datasets.CIFAR10, datasets.IMDB) if (folder / remote.filename).is_file()]
-    table.add_row("datasets cached", f"{', '.join(present) or 'none'} in {folder}")
+    try:
+        _refuse_non_folder(folder)
+        present = [remote.filename for remote in (datasets.CIFAR10, datasets.IMDB) if (folder / remote.filename).is_file()]
+        table.add_row("datasets cached", f"{', '.join(present) or 'none'} in {folder}")
+    except OSError as error:
+        problems.append(_unreadable(folder, error, "--data-dir DIR (or $ROSETTA_DATA_DIR)"))
+        table.add_row("datasets cached", "unreadable: " + problems[-1])
     return table
+
+
+def _refuse_non_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(20, "it is not a folder", str(folder))
+
+
+def _unreadable(folder: Path, error: OSError, option: str) -> str:
+    """One line: which folder, why (no errno tuple), and the fix."""
+    reason = error.strerror or type(error).__name__
+    if isinstance(error, NotADirectoryError):
+        return f"cannot use {error.filename or folder} ({reason}); point {option} at a folder"
+    return (f"cannot read {folder} ({reason}); give your user read and search permission on it "
+            f"(chmod u+rx), or point {option} elsewhere")
 
 
 def leftover_containers() -> str:
