@@ -37,6 +37,8 @@ def error_line(capsys) -> str:
     (["run-matrix", "--backend", "local", "--python", "/no/such/python"], "no such interpreter"),
     (["run-matrix", "--backend", "local", "--resume"], "--resume: no earlier run under results/"),
     (["run-matrix", "--repeat", "0"], "--repeat must be >= 1"),
+    (["run-matrix", "--backend", "local", "--container-memory", "lots"], "--container-memory 'lots': give a size of at least 6m"),
+    (["parity", "--backend", "local", "--container-pids", "0"], "--container-pids '0': give a number of processes from 1"),
     (["report", "no-such-run"], "no-such-run is not a results directory"),
 ])
 def test_error_paths(in_tmp, capsys, argv, expected):
@@ -201,3 +203,16 @@ def test_sighup_and_sigterm_interrupt_but_nohup_is_respected():
     finally:
         for number, handler in saved.items():
             signal.signal(number, handler)
+
+
+def test_container_limits_reach_the_backend_options():
+    from orchestrator.__main__ import build_parser
+    from orchestrator.commands.common_args import backend_options
+
+    for verb in ("run-matrix", "parity"):
+        given = backend_options(build_parser().parse_args([verb, "--container-memory", "8G", "--container-pids", "100"]))
+        assert (given.container_memory, given.container_pids) == ("8g", 100)
+        default = backend_options(build_parser().parse_args([verb]))
+        assert (default.container_memory, default.container_pids) == ("16g", 4096)
+        off = backend_options(build_parser().parse_args([verb, "--container-memory", "none", "--container-pids", "none"]))
+        assert (off.container_memory, off.container_pids) == (None, None)
