@@ -11,6 +11,7 @@ library only, so no numpy or framework is needed) and exits 0 / 3 / other. What 
     gru       hangs (for the timeout and Ctrl-C tests)
     resnet50  unsupported (exit 3)
     fp16      crashes with a message on stderr (any workload)
+    real data takes 1 GiB of memory (any workload)
 """
 import os
 import shutil
@@ -74,6 +75,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
         sys.exit(7)
     if cell.workload == "gru":
         time.sleep(120)
+    if cell.data == "real":  # more memory than the limit the test gives it
+        hog = [bytearray(16 << 20) for _ in range(64)]
     result = Result(cell)
     if cell.workload == "resnet50":
         result.status, result.reason = "unsupported", "resnet50 needs a GPU here"
@@ -151,8 +154,9 @@ def backend(client, test_image):
     return DockerBackend({}, client=client, image_for=lambda cell: test_image.tags[0], log=lambda message: None)
 
 
-def make_job(tmp_path: Path, workload: str, *, precision="fp32", device="cpu", timeout=None) -> CellJob:
-    cell = Cell("fake", workload, precision=precision, profile="smoke", data="synthetic")
+def make_job(tmp_path: Path, workload: str, *, precision="fp32", device="cpu", timeout=None,
+             data="synthetic") -> CellJob:
+    cell = Cell("fake", workload, precision=precision, profile="smoke", data=data)
     return CellJob(cell=cell, device=device, work_dir=tmp_path / "run" / ".work" / cell.key,
                    log_path=tmp_path / "run" / "logs" / f"{cell.key}.log", data_dir=tmp_path / "data",
                    timeout=timeout, git_revision="0123abc")
@@ -280,6 +284,10 @@ def test_cell_containers_get_memory_and_process_limits_and_record_them(tmp_path,
     assert (extras["container_memory_limit"], extras["container_pids_limit"]) == ("256m", "64")
     assert extras["memory_max"] in (str(256 << 20), "unreadable (No such file or directory)")  # cgroup v2 shows it
     assert extras["pids_max"] in ("64", "unreadable (No such file or directory)")
+    hog = limited.run_cell(make_job(tmp_path / "hog", "cnn", data="real"))
+    assert hog.status == "failed" and hog.reason.startswith(
+        "killed for lack of memory (out-of-memory killer; the container's limit is 256m; raise it with "
+        "--container-memory); exit code 137"), hog.reason
     unlimited = DockerBackend({}, client=client, image_for=str, memory_limit=None, pids_limit=None)
     options = unlimited._container_options(job, job.data_dir)
     assert not {"mem_limit", "memswap_limit", "pids_limit"} & set(options)

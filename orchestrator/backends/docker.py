@@ -159,7 +159,9 @@ class DockerBackend:
                 result = collect(cell, exit_code=ending.exit_code, result_file=self._result_file(container, job),
                                  log_path=job.log_path, timed_out_after=ending.timed_out_after)
                 if ending.out_of_memory and result.status == "failed":
-                    result.reason = f"killed for lack of memory (out-of-memory killer); {result.reason}"
+                    limit = f"the container's limit is {self.memory_limit}; raise it with --container-memory" \
+                        if self.memory_limit else "no container limit"
+                    result.reason = f"killed for lack of memory (out-of-memory killer; {limit}); {result.reason}"
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
                 result = self._failed(job, f"Docker: {_one_line(error)}")
         finally:
@@ -267,8 +269,9 @@ class DockerBackend:
 
     @staticmethod
     def _result_file(container, job: CellJob) -> Path:
-        """The result as the host can read it. A file written by uid 10001 with mode 0600 is
-        unreadable to a non-root user of the engine, so then the engine hands over a copy."""
+        """The result as the host can read it. The container runs as us, or we are root, so it is
+        readable; should it not be (an engine that maps users, e.g. rootless Docker), the engine
+        hands over a copy."""
         written = job.work_dir / "out" / "result.json"
         if not written.is_file() or os.access(written, os.R_OK):
             return written
