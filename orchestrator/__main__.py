@@ -47,13 +47,26 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _interrupt_on_sigterm(signum, frame) -> None:
-    """`kill` (or a CI job's time limit) ends a run as Ctrl-C does, so the running cell's process or
-    container is removed and finished cells stay on disk for --resume."""
+# `kill` (or a CI job's time limit) and a closed terminal or SSH session end a run as Ctrl-C does.
+INTERRUPTING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _interrupt_on_signal(signum, frame) -> None:
+    """SIGTERM or SIGHUP: stop as Ctrl-C does, so the running cell's process group or container is
+    removed, its work folder too, and finished cells stay on disk for --resume. Further such
+    signals are ignored from here on, so they cannot cut that clean-up short."""
+    for number in INTERRUPTING_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    for number in INTERRUPTING_SIGNALS:
+        if signal.getsignal(number) != signal.SIG_IGN:  # `nohup` ignores SIGHUP on purpose: keep that
+            signal.signal(number, _interrupt_on_signal)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("MPLBACKEND", "Agg")
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    install_signal_handlers()
     sys.exit(main())

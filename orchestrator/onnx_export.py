@@ -134,7 +134,11 @@ def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results
         return None, f"no ONNX model: {where} cannot export it ({reason})"
     incoming = data_dir / FOLDER / f".incoming-{name}-{uuid.uuid4().hex[:8]}"
     (incoming / "canonical").mkdir(parents=True)
-    incoming.chmod(0o777)  # a container's user (not us) writes the export here
+    incoming.chmod(0o700)  # the export's to write, nobody else's
+    # a backend whose cells run as another user (Docker's, when we are root) hands the folder over
+    hand_over = getattr(backend, "make_writable_by_cells", None)
+    if hand_over is not None:
+        hand_over(incoming)
     canonical.write(incoming / "canonical", workload)
     log_path = (results_dir / "logs" / "onnx-export.log").resolve()
     job = CellJob(cell=cell, device="cpu", work_dir=(results_dir / ".work" / "onnx-export").resolve(),

@@ -1,5 +1,6 @@
 """Every command-line error path: one clear line naming the fix, a non-zero exit, no traceback."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ def error_line(capsys) -> str:
     (["run-matrix", "--backend", "local", "--python", "/no/such/python"], "no such interpreter"),
     (["run-matrix", "--backend", "local", "--resume"], "--resume: no earlier run under results/"),
     (["run-matrix", "--repeat", "0"], "--repeat must be >= 1"),
+    (["run-matrix", "--backend", "local", "--container-memory", "lots"], "--container-memory 'lots': give a size of at least 6m"),
+    (["parity", "--backend", "local", "--container-pids", "0"], "--container-pids '0': give a number of processes from 1"),
     (["report", "no-such-run"], "no-such-run is not a results directory"),
 ])
 def test_error_paths(in_tmp, capsys, argv, expected):
@@ -174,10 +177,11 @@ def test_auto_backend_says_which_engine_answered(monkeypatch):
     assert said == ["Docker Engine 27.0 answered; using the Docker backend (one container per cell)."]
 
 
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_name):
-    """SIGINT (Ctrl-C) or SIGTERM (kill, a CI timeout) while a cell hangs: exit 130, the finished
-    cell stays on disk, the cell's process is gone."""
+    """SIGINT (Ctrl-C), SIGTERM (kill, a CI timeout) or SIGHUP (a closed terminal or SSH session)
+    while a cell hangs: exit 130, the finished cell stays on disk, the cell's process is gone and
+    so is its work folder."""
     import signal
     import time
 
@@ -198,11 +202,58 @@ def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_
     deadline = time.monotonic() + 60
     while not (tmp_path / "hanging.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    process.send_signal(getattr(signal, signal_name))
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
-    assert "interrupted" in err and "--resume" in err
-    assert [p.name.split("__")[2] for p in (tmp_path / "run" / "cells").glob("*.json")] == ["cnn"]
+    time.sleep(0.1)  # the pid is written before the file is closed
     pid = int((tmp_path / "hanging.pid").read_text())
-    time.sleep(0.2)
-    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    try:
+        process.send_signal(getattr(signal, signal_name))
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 130, err
+        assert "interrupted" in err and "--resume" in err
+        assert [p.name.split("__")[2] for p in (tmp_path / "run" / "cells").glob("*.json")] == ["cnn"]
+        assert list((tmp_path / "run" / ".work").glob("*")) == []  # the running cell's work folder went too
+        time.sleep(0.2)
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    finally:  # a failing run must not leave its cell running for two minutes
+        process.kill()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_sighup_and_sigterm_interrupt_but_nohup_is_respected():
+    """SIGTERM and SIGHUP become KeyboardInterrupt (the runner's clean stop) unless the run was
+    started with the signal ignored, as `nohup` does for SIGHUP."""
+    import signal
+
+    from orchestrator import __main__ as entry
+
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        entry.install_signal_handlers()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == entry._interrupt_on_signal
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        entry.install_signal_handlers()
+        with pytest.raises(KeyboardInterrupt):
+            entry._interrupt_on_signal(signal.SIGHUP, None)
+        # the clean-up that follows is not cut short by a second signal
+        assert signal.getsignal(signal.SIGHUP) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def test_container_limits_reach_the_backend_options():
+    from orchestrator.__main__ import build_parser
+    from orchestrator.commands.common_args import backend_options
+
+    for verb in ("run-matrix", "parity"):
+        given = backend_options(build_parser().parse_args([verb, "--container-memory", "8G", "--container-pids", "100"]))
+        assert (given.container_memory, given.container_pids) == ("8g", 100)
+        default = backend_options(build_parser().parse_args([verb]))
+        assert (default.container_memory, default.container_pids) == ("16g", 4096)
+        off = backend_options(build_parser().parse_args([verb, "--container-memory", "none", "--container-pids", "none"]))
+        assert (off.container_memory, off.container_pids) == (None, None)

@@ -6,10 +6,12 @@ package and a fake entrypoint that honours the same contract as `python -m workl
 writes its Result where the document says with the real `workloads.common.result` (standard
 library only, so no numpy or framework is needed) and exits 0 / 3 / other. What it does depends on the cell:
 
-    cnn       ok, and reports what it saw from inside: uid, network, writable paths, capabilities
+    cnn       ok, and reports what it saw from inside: uid, network, writable paths, capabilities,
+              PID 1, its limits; it leaves a child (`sleep 987`) running behind it
     gru       hangs (for the timeout and Ctrl-C tests)
     resnet50  unsupported (exit 3)
     fp16      crashes with a message on stderr (any workload)
+    real data takes 1 GiB of memory (any workload)
 """
 import os
 import shutil
@@ -73,12 +75,21 @@ FAKE_WORKLOAD = textwrap.dedent('''
         sys.exit(7)
     if cell.workload == "gru":
         time.sleep(120)
+    if cell.data == "real":  # more memory than the limit the test gives it
+        hog = [bytearray(16 << 20) for _ in range(64)]
     result = Result(cell)
     if cell.workload == "resnet50":
         result.status, result.reason = "unsupported", "resnet50 needs a GPU here"
         result.write(request.out)
         sys.exit(3)
     status = dict(line.split(":\\t") for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+    subprocess.Popen(["sleep", "987"])  # left running: the cell must not leave it behind
+
+    def read(path):
+        try:
+            return open(path).read().replace("\\0", " ").strip()
+        except OSError as error:
+            return f"unreadable ({error.strerror})"
     result.provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION")
     result.provenance.hostname = socket.gethostname()
     result.provenance.extras = {
@@ -92,6 +103,10 @@ FAKE_WORKLOAD = textwrap.dedent('''
         "capabilities": status["CapEff"].strip(),
         "no_new_privileges": status["NoNewPrivs"].strip(),
         "unbuffered": os.environ.get("PYTHONUNBUFFERED", ""),
+        "pid1": read("/proc/1/cmdline"),
+        "memory_max": read("/sys/fs/cgroup/memory.max"),
+        "pids_max": read("/sys/fs/cgroup/pids.max"),
+        "results_mode": oct(os.stat(os.path.dirname(request.out)).st_mode & 0o777),
     }
     result.write(request.out)
 ''')
@@ -139,11 +154,24 @@ def backend(client, test_image):
     return DockerBackend({}, client=client, image_for=lambda cell: test_image.tags[0], log=lambda message: None)
 
 
-def make_job(tmp_path: Path, workload: str, *, precision="fp32", device="cpu", timeout=None) -> CellJob:
-    cell = Cell("fake", workload, precision=precision, profile="smoke", data="synthetic")
+def make_job(tmp_path: Path, workload: str, *, precision="fp32", device="cpu", timeout=None,
+             data="synthetic") -> CellJob:
+    cell = Cell("fake", workload, precision=precision, profile="smoke", data=data)
     return CellJob(cell=cell, device=device, work_dir=tmp_path / "run" / ".work" / cell.key,
                    log_path=tmp_path / "run" / "logs" / f"{cell.key}.log", data_dir=tmp_path / "data",
                    timeout=timeout, git_revision="0123abc")
+
+
+def host_processes(command_line: str) -> list[int]:
+    """Processes on this host (the engine's containers' included: the engine is local) running exactly it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == command_line.encode():
+                found.append(int(entry.name))
+        except OSError:
+            pass  # it ended while we looked
+    return found
 
 
 def containers_of(client, backend: DockerBackend) -> list:
@@ -170,7 +198,10 @@ def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client,
     assert result.provenance.backend == "docker"
     assert result.provenance.image_id == test_image.id and result.provenance.image_digest is None  # never pushed
     assert "fake workload: fake__cpu__cnn__fp32__smoke__synthetic__r0 on cpu" in job.log_path.read_text()
+    assert seen["pid1"].startswith("/sbin/docker-init")  # --init: PID 1 reaps what the cell leaves
+    assert seen["results_mode"] == "0o700"  # /results: the container user's alone
     assert not job.work_dir.exists()
+    assert host_processes("sleep 987") == []  # the child the cell left running ended with it
     assert containers_of(client, backend) == []
     assert {container.id for container in client.containers.list(all=True, filters=same_cell)} <= before
 
@@ -200,17 +231,74 @@ def test_a_crash_keeps_the_stderr_tail(tmp_path, client, backend):
 
 
 def test_as_a_non_root_user_of_the_engine(tmp_path, client, backend, monkeypatch):
-    """Without root the scratch folder is opened to all (uid 10001 must write it), and the result,
-    written mode 0600 by uid 10001, is unreadable to us: the engine hands over a copy."""
+    """Without root we cannot hand the scratch folder to uid 10001, and it is never opened to all:
+    the container runs as the invoking user, who owns it (mode 0700). Should the result still be
+    unreadable to us, the engine hands over a copy."""
     from orchestrator.backends import docker as docker_backend
 
     monkeypatch.setattr(docker_backend.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(docker_backend.os, "getegid", lambda: 1000)
     readable = os.access
     monkeypatch.setattr(docker_backend.os, "access",
                         lambda path, mode: False if Path(path).name == "result.json" else readable(path, mode))
+    prepare = backend._prepare_scratch
+    folders = []
+
+    def prepare_as_user_1000(job):
+        folder = prepare(job)
+        folders.append((folder.stat().st_uid, folder.stat().st_mode & 0o777))
+        os.chown(folder, 1000, 1000)  # this test really runs as root: the folder a user 1000 would own
+        return folder
+
+    monkeypatch.setattr(backend, "_prepare_scratch", prepare_as_user_1000)
     result = backend.run_cell(make_job(tmp_path, "cnn"))
     assert result.status == "ok", (result.reason, result.stderr_tail)
-    assert result.provenance.extras["uid"] == "10001"
+    assert folders == [(os.getuid(), 0o700)]  # ours, never chowned or opened to others
+    assert result.provenance.extras["uid"] == "1000" and result.provenance.extras["results_mode"] == "0o700"
+    assert result.provenance.extras["home_writable"] == "yes"  # HOME's tmpfs belongs to that user too
+
+
+def test_the_scratch_folder_is_the_container_users_alone(tmp_path, backend):
+    if os.geteuid() != 0:
+        pytest.skip("as root, the folder is handed to the images' user")
+    folder = backend._prepare_scratch(make_job(tmp_path, "cnn"))
+    info = folder.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (10001, 10001, 0o700)
+
+
+def test_cell_containers_get_memory_and_process_limits_and_record_them(tmp_path, client, test_image):
+    limited = DockerBackend({}, client=client, image_for=lambda cell: test_image.tags[0], memory_limit="256m",
+                            pids_limit=64, log=lambda message: None)
+    job = make_job(tmp_path, "cnn")
+    job.data_dir.mkdir()
+    container = client.containers.create(test_image.id, ["--help"], **limited._container_options(job, job.data_dir))
+    try:
+        host_config = client.api.inspect_container(container.id)["HostConfig"]
+    finally:
+        container.remove(force=True)
+    assert host_config["Memory"] == host_config["MemorySwap"] == 256 << 20  # no swap beyond the limit
+    assert host_config["PidsLimit"] == 64 and host_config["Init"] is True
+    result = limited.run_cell(job)
+    assert result.status == "ok", (result.reason, result.stderr_tail)
+    extras = result.provenance.extras
+    assert (extras["container_memory_limit"], extras["container_pids_limit"]) == ("256m", "64")
+    assert extras["memory_max"] in (str(256 << 20), "unreadable (No such file or directory)")  # cgroup v2 shows it
+    assert extras["pids_max"] in ("64", "unreadable (No such file or directory)")
+    hog = limited.run_cell(make_job(tmp_path / "hog", "cnn", data="real"))
+    assert hog.status == "failed" and hog.reason.startswith(
+        "killed for lack of memory (out-of-memory killer; the container's limit is 256m; raise it with "
+        "--container-memory); exit code 137"), hog.reason
+    unlimited = DockerBackend({}, client=client, image_for=str, memory_limit=None, pids_limit=None)
+    options = unlimited._container_options(job, job.data_dir)
+    assert not {"mem_limit", "memswap_limit", "pids_limit"} & set(options)
+
+
+def test_the_default_limits_are_recorded(tmp_path, backend):
+    from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
+
+    result = backend.run_cell(make_job(tmp_path, "resnet50"))
+    assert result.provenance.extras["container_memory_limit"] == DEFAULT_CONTAINER_MEMORY == "16g"
+    assert result.provenance.extras["container_pids_limit"] == str(DEFAULT_CONTAINER_PIDS) == "4096"
 
 
 def test_cuda_cells_request_the_chosen_gpus(tmp_path, client, test_image):
@@ -240,6 +328,35 @@ def test_ctrl_c_removes_the_running_container_and_propagates(tmp_path, client, b
     job = make_job(tmp_path, "gru")
     with pytest.raises(KeyboardInterrupt):
         backend.run_cell(job)
+    assert containers_of(client, backend) == []
+    assert not job.work_dir.exists()
+
+
+def test_sighup_removes_the_running_container_as_ctrl_c_does(tmp_path, client, backend):
+    """The orchestrator's handlers (orchestrator/__main__.py) turn SIGHUP into the same
+    KeyboardInterrupt as Ctrl-C: the running cell's container and work folder are removed."""
+    from orchestrator.__main__ import install_signal_handlers
+
+    saved = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGHUP)}
+
+    def hang_up_once_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if client.containers.list(filters={"label": f"{SESSION_LABEL}={backend.session}", "status": "running"}):
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        install_signal_handlers()
+        threading.Thread(target=hang_up_once_running, daemon=True).start()
+        job = make_job(tmp_path, "gru")
+        with pytest.raises(KeyboardInterrupt):
+            backend.run_cell(job)
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
     assert containers_of(client, backend) == []
     assert not job.work_dir.exists()
 

@@ -185,3 +185,109 @@ def test_chainers_cuda_build_refuses_gpus_newer_than_cuda_11_0():
     assert gpu_mismatch(cu110, [("NVIDIA H200", "9.0")]) == (
         "unsupported on this GPU: NVIDIA H200 has compute capability 9.0; CUDA 11.0 targets up to 8.0, "
         "so it needs a build for 9.0 or newer")
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process `pid` ends (or is a zombie, ended but not yet reaped) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_if_running(pid_file: Path) -> None:
+    """Tidy up after a failing test: a process it left must not outlive the test either."""
+    import os
+    import signal
+
+    try:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
+    """A child the workload started and left behind (a data loader's worker, a daemon) is killed
+    with the cell's process group when the cell ends, ok or not, so it cannot skew the next cell."""
+    child_pid = tmp_path / "child.pid"
+    body = f"""
+        import subprocess
+        from workloads.common.result import Cell, Result
+        child = subprocess.Popen(["sleep", "300"])
+        open({str(child_pid)!r}, "w").write(str(child.pid))
+        Result(Cell("pytorch", "cnn", profile="smoke", data="synthetic")).write(out)
+    """
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    try:
+        result = backend.run_cell(job(tmp_path))
+        assert result.status == "ok", result.stderr_tail
+        assert gone(int(child_pid.read_text()), within=5)
+    finally:
+        kill_if_running(child_pid)
+
+
+def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path):
+    """Ctrl-C (SIGTERM and SIGHUP become the same KeyboardInterrupt) while a cell runs: its process
+    group is killed and its work folder removed before the interrupt goes on to the runner."""
+    import os
+    import signal
+    import threading
+
+    import pytest
+
+    pid_file = tmp_path / "work" / "pid"  # the fake interpreter writes it there
+
+    def interrupt_once_running():
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "time.sleep(60)"))
+    the_job = job(tmp_path)
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            backend.run_cell(the_job)
+        assert gone(int(pid_file.read_text()), within=5)
+        assert not the_job.work_dir.exists()
+    finally:
+        kill_if_running(pid_file)
+
+
+def test_a_cell_dies_with_the_orchestrator_even_when_it_is_killed_outright(tmp_path):
+    """SIGKILL cannot be caught, so the orchestrator cannot kill its cell then: the kernel does
+    (the cell's parent-death signal), instead of leaving it running with no timeout enforced."""
+    import os
+    import signal
+    import subprocess
+
+    pid_file = tmp_path / "hanging.pid"
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport os, time\n"
+                    f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    fake.chmod(0o755)
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
+               "--variants", "cpu", "--workloads", "cnn", "--python", str(fake), "--data", "synthetic",
+               "--profile", "smoke", "--results-dir", str(tmp_path / "run")]
+    root = Path(__file__).resolve().parent.parent
+    orchestrator = subprocess.Popen(command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env={**os.environ, "ROSETTA_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # the pid is written before the file is closed
+        cell = int(pid_file.read_text())
+        orchestrator.send_signal(signal.SIGKILL)
+        orchestrator.wait(timeout=10)
+        assert gone(cell, within=5)
+    finally:
+        orchestrator.kill()
+        kill_if_running(pid_file)

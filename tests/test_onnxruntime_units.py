@@ -244,3 +244,26 @@ def test_export_then_smoke_cell_then_parity_in_the_real_environments(tmp_path):
     comparisons = json.loads((tmp_path / "parity" / "parity.json").read_text())
     [ours] = [c for c in comparisons if c["framework"] == "onnxruntime"]
     assert ours["status"] == "pass" and ours["differences"]["features"][1] < canonical.PARITY_TOLERANCE
+
+
+def test_the_export_folder_is_never_world_writable(tmp_path):
+    """The folder the export cell writes is ours, mode 0700; a backend whose cells run as another
+    user (Docker's, as root) is asked to hand it over, instead of opening it to everyone."""
+
+    class HandingOver(ExportingBackend):
+        def __init__(self):
+            super().__init__()
+            self.handed, self.modes = [], []
+
+        def make_writable_by_cells(self, folder):
+            self.handed.append(folder.resolve())
+
+        def run_cell(self, job):
+            self.modes.append(job.export_dir.stat().st_mode & 0o777)
+            return super().run_cell(job)
+
+    backend = HandingOver()
+    sources, _ = prepare(backend, tmp_path)
+    assert backend.modes == [0o700]
+    assert backend.handed == [backend.jobs[0].export_dir]
+    assert sources.folder(Cell("onnxruntime", "resnet50")) is not None

@@ -41,6 +41,9 @@ class Backend(Protocol):
 
     def run_cell(self, job: CellJob) -> Result: ...
 
+    # Optional: `make_writable_by_cells(folder)` for a backend whose cells run as another user than
+    # the orchestrator's (Docker's, when run as root): hands a folder of ours (mode 0700) to them.
+
 
 CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folder
 

@@ -6,6 +6,13 @@ the container sees them. The container gets no network, no capabilities, a read-
 filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,
 which holds the cell document and where the workload writes its JSON result. Frameworks write
 caches to HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
+A memory and a process-count limit keep a runaway cell from taking the host down; Docker's init
+(`--init`) is the container's PID 1, so processes a cell leaves behind are reaped while it runs,
+and all of them end with the container, which is removed however the cell ends.
+
+Who the container runs as: the images' user (uid 10001) when the orchestrator runs as root, which
+hands the cell's /results folder to that user; otherwise the invoking user's own uid:gid, which
+owns the folder already. Either way the folder is mode 0700, writable by the cell and nobody else.
 
 The engine must share this host's filesystem (a local engine): the dataset cache and the result
 folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
@@ -28,9 +35,11 @@ import requests
 
 from orchestrator import host
 from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, tail, write_cell_document
+from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from workloads.common.result import Cell, Result
+from workloads.common.safe_files import remove_tree
 
 CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
 SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
@@ -38,6 +47,7 @@ DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 # The images' non-root user (images/Dockerfile.j2: useradd --uid 10001, HOME=/home/rosetta).
 CONTAINER_UID = 10001
+CONTAINER_USER_NAME = "rosetta"
 CONTAINER_HOME = "/home/rosetta"
 DATA_MOUNT = "/data"
 RESULTS_MOUNT = "/results"
@@ -64,11 +74,15 @@ class DockerBackend:
     name = "docker"
 
     def __init__(self, frameworks: dict[str, Framework], *, client: docker.DockerClient, image_for: Callable[[Cell], str],
-                 gpus: str | None = None, log: Callable[[str], None] = print):
+                 gpus: str | None = None, memory_limit: str | None = DEFAULT_CONTAINER_MEMORY,
+                 pids_limit: int | None = DEFAULT_CONTAINER_PIDS, log: Callable[[str], None] = print):
         """`image_for(cell)` gives a local image reference (tag or ID) for the cell; this backend
         never builds or pulls. `gpus`: None for every GPU, else comma-separated device indices
-        (or UUIDs) as `--gpus` takes them."""
+        (or UUIDs) as `--gpus` takes them. `memory_limit` ("16g", as Docker's --memory takes it)
+        and `pids_limit`: each cell container's, None for none."""
         self.frameworks = frameworks
+        self.memory_limit = memory_limit
+        self.pids_limit = pids_limit
         self.client = client
         self.image_for = image_for
         self.gpu_ids = _parse_gpus(gpus)
@@ -145,36 +159,56 @@ class DockerBackend:
                 result = collect(cell, exit_code=ending.exit_code, result_file=self._result_file(container, job),
                                  log_path=job.log_path, timed_out_after=ending.timed_out_after)
                 if ending.out_of_memory and result.status == "failed":
-                    result.reason = f"killed for lack of memory (out-of-memory killer); {result.reason}"
+                    limit = f"the container's limit is {self.memory_limit}; raise it with --container-memory" \
+                        if self.memory_limit else "no container limit"
+                    result.reason = f"killed for lack of memory (out-of-memory killer; {limit}); {result.reason}"
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
                 result = self._failed(job, f"Docker: {_one_line(error)}")
         finally:
             # Always, Ctrl-C included: a forced removal kills the container if it still runs.
             if container is not None:
                 self._remove(container)
-            shutil.rmtree(job.work_dir, ignore_errors=True)
+            self._remove_work(job.work_dir)
         self._record_image(result, image, reference)
+        self._record_limits(result)
         return result
 
     def _prepare_scratch(self, job: CellJob) -> Path:
-        """A fresh /results folder that the container's user (uid 10001, not us) can write."""
-        if job.work_dir.exists():
-            shutil.rmtree(job.work_dir)  # left behind by an interrupted run
+        """A fresh /results folder that only the container's user can write (mode 0700)."""
+        remove_tree(job.work_dir)  # left behind by a run killed outright
         out_dir = job.work_dir / "out"
         out_dir.mkdir(parents=True)
-        if os.geteuid() == 0:
-            os.chown(out_dir, CONTAINER_UID, CONTAINER_UID)
-        else:
-            out_dir.chmod(0o777)
+        out_dir.chmod(0o700)
+        give_to_container_user(out_dir)
         return out_dir
 
+    @staticmethod
+    def make_writable_by_cells(folder: Path) -> None:
+        """A folder we created (mode 0700), for a cell to write (the ONNX export's): see container_user."""
+        give_to_container_user(folder)
+
+    def _remove_work(self, work: Path) -> None:
+        try:
+            remove_tree(work)
+        except OSError as error:  # never hide the cell's own outcome (or an interrupt) behind this
+            self.log(f"could not remove the work folder {work} ({error}); remove it by hand")
+
+    def _record_limits(self, result: Result) -> None:
+        """The limits the cell ran under, with its result: a cell killed for memory reads with them."""
+        result.provenance.extras["container_memory_limit"] = self.memory_limit or "none"
+        result.provenance.extras["container_pids_limit"] = str(self.pids_limit) if self.pids_limit else "none"
+
     def _container_options(self, job: CellJob, out_dir: Path) -> dict:
-        environment = {"PYTHONUNBUFFERED": "1"}
+        uid, gid = container_user()
+        # USER and LOGNAME: getpass.getuser() (PyTorch's compile caches use it) reads them first, and
+        # the invoking user's uid has no entry in the image's /etc/passwd
+        environment = {"PYTHONUNBUFFERED": "1", "USER": CONTAINER_USER_NAME, "LOGNAME": CONTAINER_USER_NAME}
         if job.git_revision:
             environment["ROSETTA_GIT_REVISION"] = job.git_revision
         options = dict(
             detach=True,
-            user=f"{CONTAINER_UID}:{CONTAINER_UID}",
+            user=f"{uid}:{gid}",
+            init=True,  # Docker's init as PID 1 reaps what the cell leaves running and forwards signals
             environment=environment,
             labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session},
             network_mode="none",  # datasets are fetched on the host before any cell starts
@@ -185,11 +219,15 @@ class DockerBackend:
             # Docker mounts tmpfs noexec by default; compilers (torch.compile, XLA, Triton) write
             # shared objects to /tmp or HOME and load them, so both must allow exec.
             tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777",
-                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,uid={CONTAINER_UID},gid={CONTAINER_UID},mode=0700"},
+                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,uid={uid},gid={gid},mode=0700"},
             mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
                     docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
         )
-        if job.export_dir:  # writable by the container's user: the caller made it so (mode 0777)
+        if self.memory_limit:  # swap included: the limit is real, and swapping would skew the timings
+            options.update(mem_limit=self.memory_limit, memswap_limit=self.memory_limit)
+        if self.pids_limit:
+            options["pids_limit"] = self.pids_limit
+        if job.export_dir:  # writable by the container's user: the caller gave it to that user
             options["mounts"].append(docker.types.Mount(target=EXPORT_MOUNT, source=str(job.export_dir),
                                                         type="bind", read_only=False))
         engine_host = (self._info() or {}).get("Name")
@@ -231,8 +269,9 @@ class DockerBackend:
 
     @staticmethod
     def _result_file(container, job: CellJob) -> Path:
-        """The result as the host can read it. A file written by uid 10001 with mode 0600 is
-        unreadable to a non-root user of the engine, so then the engine hands over a copy."""
+        """The result as the host can read it. The container runs as us, or we are root, so it is
+        readable; should it not be (an engine that maps users, e.g. rootless Docker), the engine
+        hands over a copy."""
         written = job.work_dir / "out" / "result.json"
         if not written.is_file() or os.access(written, os.R_OK):
             return written
@@ -290,6 +329,23 @@ def connect(timeout: float = 10.0) -> docker.DockerClient:
                         "(e.g. `sudo systemctl start docker` or `dockerd &`) or use --backend local") from None
     client.api.timeout = max(timeout, API_TIMEOUT_S)
     return client
+
+
+def container_user() -> tuple[int, int]:
+    """The uid:gid cell containers run as. As root: the images' own unprivileged user, and
+    `give_to_container_user` hands it the folders it writes. Otherwise we cannot hand a folder to
+    another uid (chown needs root), so the container runs as the invoking user, who owns them
+    already: no folder ever needs to be writable by anyone else."""
+    if os.geteuid() == 0:
+        return CONTAINER_UID, CONTAINER_UID
+    return os.geteuid(), os.getegid()
+
+
+def give_to_container_user(folder: Path) -> None:
+    """Make a folder we created (mode 0700) the cell container's to write: chown when we are
+    root; otherwise the container runs as us (`container_user`), so there is nothing to do."""
+    if os.geteuid() == 0:
+        os.chown(folder, *container_user())
 
 
 def remove_leftover_containers(client: docker.DockerClient, *, session: str | None = None) -> int:

@@ -6,6 +6,7 @@ directories, so frameworks' caches (~/.keras, ~/.cache/...) neither leak between
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import functools
 import hashlib
@@ -23,6 +24,7 @@ from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, 
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.result import Result
+from workloads.common.safe_files import remove_tree
 
 READY_MARKER = ".rosetta-ready"
 # Variables a cell inherits from the host; everything else is left out so runs are reproducible.
@@ -171,37 +173,35 @@ class LocalBackend:
         except EnvironmentBuildError as error:
             return Result(cell=cell, status="failed", reason=str(error))
         work = job.work_dir
-        if work.exists():
-            shutil.rmtree(work)
-        (work / "home").mkdir(parents=True)
-        (work / "tmp").mkdir()
-        source = work / "source"
-        source.mkdir()
-        (source / "workloads").symlink_to(WORKLOADS_DIR)  # only the workloads package is importable
-        out = work / "result.json"
-        request = cell_request(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
-                               parity=job.parity, onnx_model=job.onnx_model,
-                               export_onnx=str(job.export_dir) if job.export_dir else None)
-        command = [python, "-m", "workloads", "--cell", str(write_cell_document(request, work))]
-        job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        timed_out_after = None
-        with open(job.log_path, "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       cwd=work, env=self._cell_environment(work, source, job),
-                                       start_new_session=True)  # its own process group, killed as one
-            try:
-                exit_code = process.wait(timeout=job.timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
-                exit_code, timed_out_after = None, job.timeout
-            except BaseException:  # Ctrl-C: stop the cell, then let the runner keep what finished
-                _kill_group(process)
-                raise
-        result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
-                         timed_out_after=timed_out_after)
+        remove_tree(work)  # left behind by a run killed outright
+        try:
+            (work / "home").mkdir(parents=True)
+            (work / "tmp").mkdir()
+            source = work / "source"
+            source.mkdir()
+            (source / "workloads").symlink_to(WORKLOADS_DIR)  # only the workloads package is importable
+            out = work / "result.json"
+            request = cell_request(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
+                                   parity=job.parity, onnx_model=job.onnx_model,
+                                   export_onnx=str(job.export_dir) if job.export_dir else None)
+            command = [python, "-m", "workloads", "--cell", str(write_cell_document(request, work))]
+            job.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(job.log_path, "wb") as log:
+                exit_code = run_in_own_process_group(command, timeout=job.timeout, stdout=log,
+                                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work,
+                                                     env=self._cell_environment(work, source, job))
+            result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
+                             timed_out_after=job.timeout if exit_code is None else None)
+        finally:  # ok, failed, timed out or interrupted (Ctrl-C, SIGTERM, SIGHUP): no work folder stays
+            self._remove_work(work)
         result.provenance.interpreter = result.provenance.interpreter or python
-        shutil.rmtree(work, ignore_errors=True)
         return result
+
+    def _remove_work(self, work: Path) -> None:
+        try:
+            remove_tree(work)
+        except OSError as error:  # never hide the cell's own outcome (or an interrupt) behind this
+            self.log(f"could not remove the work folder {work} ({error}); remove it by hand")
 
     def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:
         environment = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
@@ -222,11 +222,83 @@ class EnvironmentBuildError(Exception):
     pass
 
 
+# --- the cell's processes -----------------------------------------------------------------------
+
+def run_in_own_process_group(command: list[str], *, timeout: float | None, **popen_options) -> int | None:
+    """Run `command` in a new session (so a new process group) and wait for it; its exit code, or
+    None when it ran past `timeout` seconds. However it ends (exit, timeout, an exception such as
+    KeyboardInterrupt), the whole group is killed before this returns: a cell's children (a data
+    loader's workers, a compiler daemon, anything it started in the background) never outlive it
+    and never skew the next cell's measurement. A child that starts its own session leaves the
+    group; nothing short of a container (the Docker backend) can hold on to that one."""
+    process = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent_hook(),
+                               **popen_options)
+    try:
+        ended = _wait_without_reaping(process, timeout)
+    finally:
+        _kill_group(process)
+    return process.returncode if ended else None
+
+
+def _wait_without_reaping(process: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait until the group's leader exits (True) or `timeout` passes (False), leaving it a zombie:
+    while it is not reaped its process-group id cannot be handed to another process, so killing
+    the group afterwards can only reach the cell's own processes."""
+    if not hasattr(os, "waitid"):  # not on every platform: reap it; killpg's tiny race remains there
+        try:
+            process.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        flags = os.WEXITED | os.WNOWAIT | (os.WNOHANG if deadline is not None else 0)
+        if os.waitid(os.P_PID, process.pid, flags) is not None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)  # the same back-off subprocess.Popen.wait uses
+
+
 def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL every process in the cell's group, then reap the leader."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + 10
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass  # stuck in the kernel (uninterruptible I/O); it dies when that returns
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """Linux: a hook subprocess runs in the child between fork and exec, asking the kernel to
+    SIGKILL the cell when the orchestrator dies, SIGKILL included: otherwise a killed orchestrator
+    leaves the cell running unsupervised, its timeout never enforced. The setting survives exec,
+    is not inherited by the cell's own children (the orchestrator's signal handlers kill the
+    group; an orchestrator killed with SIGKILL cannot, so a grandchild may survive it) and fires
+    when the thread that started the cell ends: cells are started from the main thread.
+
+    Elsewhere there is no such call: best effort, the group is still killed on every ending the
+    orchestrator lives to see (exit, timeout, Ctrl-C, SIGTERM, SIGHUP)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now, not after fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the orchestrator died before the call took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return die_with_parent

@@ -17,6 +17,10 @@ from orchestrator import host, images
 from orchestrator.errors import UserError
 
 AUTO = "auto"
+# Each cell container's limits unless --container-memory / --container-pids say otherwise: enough
+# for every workload here, and a runaway cell (a leak, a fork bomb) stops at them, not the host.
+DEFAULT_CONTAINER_MEMORY = "16g"
+DEFAULT_CONTAINER_PIDS = 4096
 
 Log = Callable[[str], None]
 
@@ -31,6 +35,8 @@ class BackendOptions:
     gpus: str | None = None  # GPU indices for the cells, e.g. "0,1"
     pull: bool = False  # docker: pull missing images from the registry instead of building them
     build: images.BuildOptions = field(default_factory=images.BuildOptions)  # docker: how images are built
+    container_memory: str | None = DEFAULT_CONTAINER_MEMORY  # docker: each cell's memory limit ("16g"); None: none
+    container_pids: int | None = DEFAULT_CONTAINER_PIDS  # docker: each cell's process limit; None: none
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,9 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
                 log(f"[red]error:[/red] {escape(str(error))}")
         raise failures[tag]
 
-    return docker_backend.DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus, log=log)
+    return docker_backend.DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus,
+                                        memory_limit=options.container_memory, pids_limit=options.container_pids,
+                                        log=log)
 
 
 def _docker_engine_answers() -> tuple[bool, str]:

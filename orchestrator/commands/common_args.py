@@ -7,6 +7,7 @@ options object per group instead of one keyword argument per option.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from orchestrator import frameworks as framework_registry, images
@@ -90,9 +91,44 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--pull", action="store_true", help="docker: pull missing images from --registry instead "
                         "of building")
+    parser.add_argument("--container-memory", default=registry.DEFAULT_CONTAINER_MEMORY,
+                        help="docker: each cell container's memory limit, swap included, e.g. 16g or 512m; none "
+                        f"for no limit (default: {registry.DEFAULT_CONTAINER_MEMORY})")
+    parser.add_argument("--container-pids", default=str(registry.DEFAULT_CONTAINER_PIDS),
+                        help="docker: how many processes and threads each cell container may run; none for no "
+                        f"limit (default: {registry.DEFAULT_CONTAINER_PIDS})")
     add_build_options(parser)
 
 
 def backend_options(args: argparse.Namespace) -> registry.BackendOptions:
     return registry.BackendOptions(backend=args.backend, python=args.python, cache_dir=args.cache_dir,
-                                   gpus=args.gpus, pull=args.pull, build=build_options(args))
+                                   gpus=args.gpus, pull=args.pull, build=build_options(args),
+                                   container_memory=container_memory(args.container_memory),
+                                   container_pids=container_pids(args.container_pids))
+
+
+_MEMORY = re.compile(r"(\d+)([bkmg]?)b?", re.IGNORECASE)
+_UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_DOCKER_MINIMUM_MEMORY = 6 << 20  # the engine refuses less
+
+
+def container_memory(text: str) -> str | None:
+    """--container-memory: "16g" (as Docker's --memory takes it) or None for "none"."""
+    value = text.strip().lower()
+    if value == "none":
+        return None
+    match = _MEMORY.fullmatch(value)
+    if not match or not _DOCKER_MINIMUM_MEMORY <= int(match[1]) * _UNIT[match[2]] < 1 << 62:
+        raise UserError(f"--container-memory {text!r}: give a size of at least 6m, e.g. 16g or 512m, or none")
+    return f"{int(match[1])}{match[2].lower()}"
+
+
+def container_pids(text: str) -> int | None:
+    """--container-pids: a positive count, or None for "none"."""
+    value = text.strip().lower()
+    if value == "none":
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 4_194_304:  # Linux's highest pid_max
+        raise UserError(f"--container-pids {text!r}: give a number of processes from 1 to 4194304, e.g. 4096, "
+                        "or none")
+    return int(value)
