@@ -30,6 +30,7 @@ from orchestrator import host
 from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, tail, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
+from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
 CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
@@ -152,14 +153,13 @@ class DockerBackend:
             # Always, Ctrl-C included: a forced removal kills the container if it still runs.
             if container is not None:
                 self._remove(container)
-            shutil.rmtree(job.work_dir, ignore_errors=True)
+            safe_files.remove_tree(job.work_dir, ignore_errors=True)  # never follows a link
         self._record_image(result, image, reference)
         return result
 
     def _prepare_scratch(self, job: CellJob) -> Path:
         """A fresh /results folder that the container's user (uid 10001, not us) can write."""
-        if job.work_dir.exists():
-            shutil.rmtree(job.work_dir)  # left behind by an interrupted run
+        safe_files.remove_tree(job.work_dir)  # left behind by an interrupted run; never follows a link
         out_dir = job.work_dir / "out"
         out_dir.mkdir(parents=True)
         if os.geteuid() == 0:

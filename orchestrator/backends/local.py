@@ -22,6 +22,7 @@ from orchestrator import host
 from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
+from workloads.common import safe_files
 from workloads.common.result import Result
 
 READY_MARKER = ".rosetta-ready"
@@ -171,8 +172,7 @@ class LocalBackend:
         except EnvironmentBuildError as error:
             return Result(cell=cell, status="failed", reason=str(error))
         work = job.work_dir
-        if work.exists():
-            shutil.rmtree(work)
+        safe_files.remove_tree(work)  # never follows a link planted there
         (work / "home").mkdir(parents=True)
         (work / "tmp").mkdir()
         source = work / "source"
@@ -200,7 +200,7 @@ class LocalBackend:
         result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
                          timed_out_after=timed_out_after)
         result.provenance.interpreter = result.provenance.interpreter or python
-        shutil.rmtree(work, ignore_errors=True)
+        safe_files.remove_tree(work, ignore_errors=True)
         return result
 
     def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:
