@@ -41,6 +41,7 @@ class FakeBackend:
     def run_cell(self, job):
         if FakeBackend.during:
             FakeBackend.during(job)
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)  # as the real backends do
         with open(job.log_path, "ab") as log:  # as a cell's subprocess does: appends to what it is given
             log.write(b"cell output\n")
         return Result(cell=job.cell, status="ok")
@@ -88,13 +89,27 @@ def assert_untouched(victim: Path) -> None:
 
 # --- item 1: never delete or write outside the results folder through a link ---------------------
 
+def fake_interpreter(folder: Path) -> str:
+    """Stands in for a framework's Python: `python -m workloads --cell FILE` writes an ok result."""
+    script = folder / "fake-python"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
+                      "from workloads.common.result import Result\n"
+                      "request = CellRequest.read(sys.argv[-1])\nprint('cell output')\n"
+                      "Result(request.cell).write(request.out)\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 def test_a_planted_work_link_never_deletes_its_target(in_tmp, capsys):
-    """`.work/<key>` linked to a folder elsewhere: the old runner resolved it and the backend
+    """`.work/<key>` linked to a folder elsewhere: the old runner resolved it and the local backend
     removed the target. Now the link is removed, never its target."""
     victim = victim_folder(in_tmp)
     (in_tmp / "run" / ".work").mkdir(parents=True)
     (in_tmp / "run" / ".work" / CNN.key).symlink_to(victim / CNN.key)
-    assert run_matrix(in_tmp / "run", "--resume") == 0, capsys.readouterr().err
+    code = main(["run-matrix", "--backend", "local", "--python", fake_interpreter(in_tmp), "--frameworks", "pytorch",
+                 "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
+                 "--results-dir", "run", "--data-dir", "data", "--no-report", "--resume"])
+    assert code == 0, capsys.readouterr().err
     assert_untouched(victim)
     assert not (in_tmp / "run" / ".work").exists()  # the run's scratch folder is gone after it
     assert json.loads((in_tmp / "run" / "cells" / f"{CNN.key}.json").read_text())["status"] == "ok"
@@ -115,14 +130,9 @@ def test_the_local_backend_unlinks_a_linked_work_folder_without_following_it(tmp
     work = tmp_path / "work" / CNN.key
     work.parent.mkdir()
     work.symlink_to(victim / CNN.key)
-    script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
-                      "from workloads.common.result import Result\n"
-                      "request = CellRequest.read(sys.argv[-1])\nResult(request.cell).write(request.out)\n")
-    script.chmod(0o755)
     from orchestrator.backends import CellJob
 
-    result = LocalBackend(REGISTRY, python=str(script)).run_cell(
+    result = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path)).run_cell(
         CellJob(cell=CNN, device="cpu", work_dir=work, log_path=tmp_path / "cell.log", data_dir=tmp_path / "data"))
     assert result.status == "ok", result.reason
     assert_untouched(victim)
@@ -138,9 +148,7 @@ class _FrozenClock(datetime.datetime):
 
 
 def test_run_folders_named_in_the_same_second_are_distinct(tmp_path, monkeypatch):
-    from orchestrator import run_folder
-
-    monkeypatch.setattr(run_folder.datetime, "datetime", _FrozenClock)
+    monkeypatch.setattr(datetime, "datetime", _FrozenClock)
     first, second = runner.new_results_dir(tmp_path), runner.new_results_dir(tmp_path)
     third = runner.new_results_dir(tmp_path, prefix="parity-")
     assert first.name == "20240102-030405" and second.name == "20240102-030405-2"
@@ -175,7 +183,12 @@ def test_force_is_offered_by_run_matrix_and_parity():
 def test_a_second_run_on_a_locked_folder_gets_one_line(in_tmp, capsys):
     """A second run started while the first still runs (here: from inside its cell) is refused."""
     seen = []
-    FakeBackend.during = lambda job: seen.append(run_matrix(in_tmp / "run", "--resume", workloads="gru"))
+
+    def second_run(job):
+        FakeBackend.during = None
+        seen.append(run_matrix(in_tmp / "run", "--resume", workloads="gru"))
+
+    FakeBackend.during = second_run
     assert run_matrix(in_tmp / "run") == 0
     assert seen == [2]
     err = capsys.readouterr().err
@@ -187,9 +200,9 @@ def test_a_folder_locked_by_another_process_is_refused(in_tmp, capsys):
     (in_tmp / "run").mkdir()
     with open(in_tmp / "run" / ".run.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        assert run_matrix(in_tmp / "run", "--force") == 2
+        assert run_matrix(in_tmp / "run", "--resume") == 2
     assert "another run" in error_line(capsys)
-    assert run_matrix(in_tmp / "run", "--force") == 0  # free again once the holder lets go
+    assert run_matrix(in_tmp / "run", "--resume") == 0  # free again once the holder lets go
 
 
 # --- item 3: atomic writes, never through a link ------------------------------------------------
@@ -298,7 +311,7 @@ def test_unusable_results_folders_get_one_line(in_tmp, capsys, kind, expected):
     (in_tmp / "elsewhere").mkdir()
     _plant(kind, in_tmp / "run")
     results_dir = in_tmp / "run" / "sub" if kind == "under a file" else in_tmp / "run"
-    assert run_matrix(results_dir, "--force") == 2
+    assert run_matrix(results_dir, "--resume") == 2
     assert expected in error_line(capsys)
     assert not list((in_tmp / "elsewhere").iterdir())
 
