@@ -108,6 +108,7 @@ def prepare(cells: list[Cell], backend, frameworks: dict, *, data_dir: Path, res
 def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results_dir: Path,
             timeout: float | None, git_revision: str | None,
             log: Callable[[str], None]) -> tuple[str | None, str | None]:
+    from orchestrator import run_folder
     from orchestrator.backends import CellJob
 
     if EXPORTER not in frameworks:
@@ -140,8 +141,8 @@ def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results
     if hand_over is not None:
         hand_over(incoming)
     canonical.write(incoming / "canonical", workload)
-    log_path = (results_dir / "logs" / "onnx-export.log").resolve()
-    job = CellJob(cell=cell, device="cpu", work_dir=(results_dir / ".work" / "onnx-export").resolve(),
+    work_dir, log_path = run_folder.cell_paths(results_dir, "onnx-export")  # never through a link
+    job = CellJob(cell=cell, device="cpu", work_dir=work_dir,
                   log_path=log_path, data_dir=data_dir.resolve(), timeout=timeout, git_revision=git_revision,
                   parity=f"{FOLDER}/{incoming.name}/canonical", export_dir=incoming.resolve())
     log(f"ONNX model: exporting PyTorch's {workload} in {where} (once; cached in {final})")

@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import platform
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,15 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator import host, onnx_export
+from orchestrator import host, onnx_export, run_folder
 from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import cell_path
+from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration
 from workloads.common.result import Cell, Result, write_json_atomic
-
-RESULTS_ROOT = Path("results")
 
 
 class Interrupted(UserError):
@@ -42,25 +42,31 @@ class RunSummary:
         return sum(result.status == status for result in self.results)
 
 
-def new_results_dir(root: Path = RESULTS_ROOT, prefix: str = "") -> Path:
-    return root / (prefix + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-
-
-def latest_results_dir(root: Path = RESULTS_ROOT) -> Path:
-    runs = sorted((p for p in root.glob("*/run.json")), key=lambda p: p.stat().st_mtime)
-    if not runs:
-        raise UserError(f"--resume: no earlier run under {root}/; pass --results-dir DIR of the run to continue")
-    return runs[-1].parent
-
-
 def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
-              data_dir: Path, resume: bool = False, timeout: float | None = None,
+              data_dir: Path, resume: bool = False, force: bool = False, timeout: float | None = None,
               console: Console | None = None, metadata: dict | None = None, parity: bool = False) -> RunSummary:
+    """Run `cells` into `results_dir`, holding its lock throughout (orchestrator/run_folder.py):
+    refused when the folder is unusable, or holds results and neither `resume` nor `force` is set."""
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    results_dir = Path(results_dir)
+    with run_folder.claim(results_dir, resume=resume, force=force):
+        run_folder.clear_work(results_dir)  # an interrupted or killed run's scratch folders
+        try:
+            return _run_locked(cells, backend, frameworks, results_dir=results_dir, data_dir=data_dir,
+                               resume=resume, timeout=timeout, console=console, metadata=metadata, parity=parity)
+        finally:
+            run_folder.clear_work(results_dir)
+
+
+def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
+                data_dir: Path, resume: bool, timeout: float | None, console: Console, metadata: dict | None,
+                parity: bool) -> RunSummary:
     summary = RunSummary(results_dir)
     revision = host.git_revision()
-    _write_run_metadata(results_dir, backend, cells, revision, metadata or {})
+    try:
+        _write_run_metadata(results_dir, backend, cells, revision, metadata or {})
+    except OSError as error:
+        raise run_folder.write_failed(results_dir / "run.json", error, results_dir) from None
 
     pending = []
     for cell in cells:
@@ -90,10 +96,9 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                 elif problem := models.problem(cell):
                     result = Result(cell=cell, status="failed", reason=problem)
                 else:
-                    # absolute paths: the cell runs in its own working directory
-                    job = CellJob(cell=cell, device=variant.device,
-                                  work_dir=(results_dir / ".work" / cell.key).resolve(),
-                                  log_path=(results_dir / "logs" / f"{cell.key}.log").resolve(),
+                    # absolute, never resolved through a link; the log created fresh, never through one
+                    work_dir, log_path = _cell_paths(results_dir, cell.key)
+                    job = CellJob(cell=cell, device=variant.device, work_dir=work_dir, log_path=log_path,
                                   data_dir=Path(data_dir).resolve(),
                                   timeout=timeout, git_revision=revision,
                                   parity=f"parity/{cell.workload}" if parity else None,
@@ -102,7 +107,7 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
                 result.wall_time_s = time.perf_counter() - start
                 result.provenance.backend = result.provenance.backend or backend.name
                 result.provenance.git_revision = result.provenance.git_revision or revision
-                result.write(cell_path(results_dir, cell))
+                _write_result(result, cell_path(results_dir, cell), results_dir, finished=len(summary.results))
                 summary.results.append(result)
                 console.print(_describe(result))
                 progress.advance(task)
@@ -112,10 +117,29 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
     return summary
 
 
+def _cell_paths(results_dir: Path, key: str) -> tuple[Path, Path]:
+    try:
+        return run_folder.cell_paths(results_dir, key)
+    except OSError as error:  # a link or a file planted meanwhile, a full disk
+        problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+        raise UserError(f"{problem}; the finished cells in {results_dir} are kept") from None
+
+
+def _write_result(result: Result, path: Path, results_dir: Path, *, finished: int) -> None:
+    try:
+        result.write(path)
+    except OSError as error:
+        raise run_folder.write_failed(path, error, results_dir, finished=finished,
+                                      then=f"free space, then continue with: run-matrix --resume "
+                                           f"--results-dir {results_dir}") from None
+
+
 def _finished(path: Path) -> bool:
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, FIFO or device is never a finished cell
+            return False
         return json.loads(path.read_text()).get("status") == "ok"
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
 
 
@@ -169,7 +193,7 @@ def _quantity(value: float, metric: declaration.Metric) -> str:
 def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], revision: str | None,
                         metadata: dict) -> None:
     record = {"started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "backend": backend.name, "git_revision": revision, "host": platform.node(),
+              "mode": run_folder.MODE_BENCHMARK, "backend": backend.name, "git_revision": revision, "host": platform.node(),
               "platform": platform.platform(), "cpu_count": os.cpu_count(), "gpus": host.gpus(),
               "cells": len(cells), **metadata}
     path = results_dir / "run.json"

@@ -38,6 +38,7 @@ from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, 
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
+from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 from workloads.common.safe_files import remove_tree
 
@@ -130,7 +131,7 @@ class DockerBackend:
         a refused container, a lost engine) become a failed Result with a one-line reason."""
         cell = job.cell
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
-        job.log_path.write_bytes(b"")  # this attempt's log only, not an earlier run's
+        safe_files.open_no_follow(job.log_path).close()  # this attempt's log only, not an earlier run's
         reference = None
         try:
             reference = self.image_for(cell)
@@ -263,7 +264,7 @@ class DockerBackend:
 
     @staticmethod
     def _save_logs(container, log_path: Path) -> None:
-        with open(log_path, "wb") as log:
+        with safe_files.open_no_follow(log_path) as log:
             for chunk in container.logs(stdout=True, stderr=True, stream=True, follow=False):
                 log.write(chunk)
 
@@ -293,8 +294,8 @@ class DockerBackend:
 
     def _failed(self, job: CellJob, reason: str) -> Result:
         """A cell that failed on the Docker side; the log says why too, so every cell has one."""
-        with open(job.log_path, "a") as log:
-            log.write(f"rosetta-bench: {reason}\n")
+        with safe_files.open_no_follow(job.log_path, append=True) as log:
+            log.write(f"rosetta-bench: {reason}\n".encode())
         result = Result(cell=job.cell, status="failed", reason=reason, stderr_tail=tail(job.log_path))
         result.provenance.backend = self.name
         return result

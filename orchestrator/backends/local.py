@@ -23,6 +23,7 @@ from orchestrator import host
 from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
+from workloads.common import safe_files
 from workloads.common.result import Result
 from workloads.common.safe_files import remove_tree
 
@@ -186,7 +187,7 @@ class LocalBackend:
                                    export_onnx=str(job.export_dir) if job.export_dir else None)
             command = [python, "-m", "workloads", "--cell", str(write_cell_document(request, work))]
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(job.log_path, "wb") as log:
+            with safe_files.open_no_follow(job.log_path) as log:
                 exit_code = run_in_own_process_group(command, timeout=job.timeout, stdout=log,
                                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work,
                                                      env=self._cell_environment(work, source, job))

@@ -33,6 +33,8 @@ def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, d
     parser.add_argument("--results-dir", type=Path, help=results_dir_help)
     parser.add_argument("--data-dir", type=Path, help=data_dir_help)
     parser.add_argument("--timeout", type=float, help="seconds per cell before it is killed")
+    parser.add_argument("--force", action="store_true", help="run into a --results-dir that already holds "
+                        "files (cells that run replace their own results; nothing is deleted)")
 
 
 # --- which images: build, push, pull, check-pins ------------------------------------------------

@@ -13,7 +13,7 @@ from orchestrator import frameworks as framework_registry, matrix as matrix_modu
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
-from workloads.common import data as datasets
+from workloads.common import data as datasets, safe_files
 from workloads.common.hyperparams import WORKLOADS
 
 HELP = "prove every framework runs the same model: canonical weights, outputs compared"
@@ -30,14 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
-                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout)
+                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
+                        force=args.force)
 
 
 def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,
                  workloads: list[str] | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
-                 timeout: float | None = None) -> int:
+                 timeout: float | None = None, force: bool = False) -> int:
     """Run every framework on the canonical weights and compare its outputs with PyTorch's."""
-    from orchestrator import parity, runner
+    from orchestrator import parity, run_folder, runner
     from workloads.common.result import Cell
 
     known = framework_registry.discover()
@@ -50,13 +51,19 @@ def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *
     engine = registry.start(backend, known, log=console.print)
     data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
     parity.write_canonical(data_dir, workloads)
-    results_dir = results_dir or runner.new_results_dir(prefix="parity-")
+    results_dir = Path(results_dir) if results_dir else run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
     console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir, timeout=timeout,
-                               console=console, metadata={"mode": "parity"}, parity=True)
+                               force=force, console=console, metadata={"mode": run_folder.MODE_PARITY},
+                               parity=True)
     comparisons = parity.compare(summary.results)
-    (results_dir / "parity.md").write_text(parity.markdown(comparisons) + "\n")
-    (results_dir / "parity.json").write_text(json.dumps([vars(c) for c in comparisons], indent=2) + "\n")
+    for name, text in (("parity.md", parity.markdown(comparisons) + "\n"),
+                       ("parity.json", json.dumps([vars(c) for c in comparisons], indent=2) + "\n")):
+        try:  # atomically, never through a link
+            safe_files.write_text_atomic(results_dir / name, text)
+        except OSError as error:
+            raise run_folder.write_failed(results_dir / name, error, results_dir,
+                                          then="free space, then run parity again") from None
     Console(width=200).print(_table(comparisons))
     console.print(f"parity table: {results_dir / 'parity.md'}")
     return 0 if all(item.passed for item in comparisons) else EXIT_CELLS_FAILED

@@ -26,6 +26,11 @@ def render(results_dir: Path) -> tuple[Path, Path]:
 
     if not Path(results_dir).is_dir():
         raise UserError(f"{results_dir} is not a results directory; pass the folder run-matrix wrote (results/<run-id>)")
-    markdown, html = report.render(Path(results_dir))
+    try:
+        markdown, html = report.render(Path(results_dir))
+    except OSError as error:  # a full disk, a folder where report.md belongs, a linked folder
+        problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+        raise UserError(f"cannot write the report ({problem}); the results in {Path(results_dir) / 'cells'} "
+                        f"are kept: fix that, then run `python -m orchestrator report {results_dir}`") from None
     console.print(f"report: {markdown} and {html}")
     return markdown, html

@@ -52,14 +52,15 @@ def main(args: argparse.Namespace) -> int:
                           precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat)
     return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
                       results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                      resume=args.resume, render_report=not args.no_report)
+                      resume=args.resume, force=args.force, render_report=not args.no_report)
 
 
 def run_matrix(selection: Selection = Selection(), backend: registry.BackendOptions = registry.BackendOptions(), *,
                matrix_file: Path | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
-               timeout: float | None = None, resume: bool = False, render_report: bool = True) -> int:
+               timeout: float | None = None, resume: bool = False, force: bool = False,
+               render_report: bool = True) -> int:
     """Run the selected cells on the chosen backend; exit code 1 when a cell failed or timed out."""
-    from orchestrator import runner  # rich progress and the report are only needed here
+    from orchestrator import run_folder, runner  # rich progress and the report are only needed here
 
     known = framework_registry.discover()
     matrix = matrix_module.load(matrix_file, known)
@@ -74,12 +75,12 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
     engine = registry.start(backend, known, log=console.print)
     if results_dir is None:
-        results_dir = runner.latest_results_dir() if resume else runner.new_results_dir()
+        results_dir = run_folder.latest_results_dir() if resume else run_folder.new_results_dir()
     data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
     console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeat} repeat(s)) "
                   f"-> {results_dir}")
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
-                               resume=resume, timeout=timeout, console=console,
+                               resume=resume, force=force, timeout=timeout, console=console,
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
                                          "repeat": matrix.repeat, "argv": sys.argv[1:],
                                          "not_applicable": matrix.not_applicable(known)})

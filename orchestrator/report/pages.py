@@ -17,7 +17,7 @@ from orchestrator.report.metadata import recorded_not_applicable, run_metadata
 from orchestrator.report.summary import COMPARABLE_KEY, empty_summary, summarise, undeclared, workload_order
 from orchestrator.report.tables import matched_sections, not_applicable_row, reference_table, result_table
 from orchestrator.results import load_reference, load_results, to_frame
-from workloads.common import declaration
+from workloads.common import declaration, safe_files
 from workloads.common.declaration import LOWER
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -99,9 +99,13 @@ def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None 
     frame = to_frame(load_results(results_dir))
     context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir))
     target = Path(out_dir) if out_dir is not None else results_dir
-    target.mkdir(parents=True, exist_ok=True)
+    safe_files.make_folder(target)
     environment = _environment()
     markdown_path, html_path = target / "report.md", target / "report.html"
-    markdown_path.write_text(environment.get_template("report.md.j2").render(context), encoding="utf-8")
-    html_path.write_text(environment.get_template("report.html.j2").render(context), encoding="utf-8")
+    # both rendered before either is written; each written atomically, never through a link, so a
+    # full disk leaves the previous report (or none), never a truncated one
+    markdown = environment.get_template("report.md.j2").render(context)
+    html = environment.get_template("report.html.j2").render(context)
+    safe_files.write_text_atomic(markdown_path, markdown)
+    safe_files.write_text_atomic(html_path, html)
     return markdown_path, html_path

@@ -64,11 +64,13 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, be
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
         os.replace(temporary, str(path))  # replaces a link at `path` itself, never writes through it
-    except BaseException:
+    except BaseException as error:
         try:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
+        if isinstance(error, OSError) and error.filename is None:
+            error.filename = str(path)  # a full disk's error names the file it was writing
         raise
     return path
 
@@ -77,17 +79,53 @@ def write_text_atomic(path: PathLike, text: str, *, mode: int = FILE_MODE, below
     return write_bytes_atomic(path, text.encode("utf-8"), mode=mode, below=below)
 
 
-def remove_tree(path: PathLike) -> None:
+def create_fresh_file(path: PathLike, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:
+    """Make `path` a new, empty regular file for a subprocess to append to (a cell's log).
+
+    Whatever was there is unlinked first (a link is removed, never its target truncated); a folder
+    there is refused. The file is created with O_EXCL|O_NOFOLLOW, so a link swapped in meanwhile
+    makes this fail instead of writing through it."""
+    path = Path(path)
+    make_folder(path.parent, below=below)
+    try:
+        info = os.lstat(str(path))
+    except FileNotFoundError:
+        info = None
+    if info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            raise UnsafePath("{} is a folder; expected a file".format(path))
+        os.unlink(str(path))
+    descriptor = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(descriptor, mode)  # the umask does not decide the mode of what a run produces
+    finally:
+        os.close(descriptor)
+    return path
+
+
+def open_no_follow(path: PathLike, *, append: bool = False):
+    """A binary file to write (truncated, or appended to), opened with O_NOFOLLOW: a link planted at
+    `path` makes this fail instead of writing through it. For files written as they grow (logs)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    descriptor = os.open(str(path), flags, FILE_MODE)
+    return os.fdopen(descriptor, "ab" if append else "wb")
+
+
+def remove_tree(path: PathLike, *, ignore_errors: bool = False) -> None:
     """Remove `path` if it exists: a link is unlinked (its target is left alone), a folder is
-    removed without following any link inside it, a file is unlinked."""
+    removed without following any link inside it, a file is unlinked. With `ignore_errors`, what
+    cannot be removed is left (clean-up that must not hide the error that brought us here)."""
     path = str(path)
     try:
         info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            os.unlink(path)
+            return
+        # shutil.rmtree does not follow links inside the tree (it unlinks them) and, where the
+        # platform allows, guards against a folder swapped for a link while it works (fd-based).
+        shutil.rmtree(path)
     except FileNotFoundError:
         return
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        os.unlink(path)
-        return
-    # shutil.rmtree does not follow links inside the tree (it unlinks them) and, where the
-    # platform allows, guards against a folder swapped for a link while it works (fd-based).
-    shutil.rmtree(path)
+    except OSError:
+        if not ignore_errors:
+            raise
