@@ -32,10 +32,10 @@ def error_line(capsys) -> str:
     (["run-matrix", "--workloads", "bert"], "unknown workload 'bert'; choose from cnn, resnet50, gru"),
     (["run-matrix", "--precisions", "fp8"], "unknown precision 'fp8'"),
     (["run-matrix", "--backend", "docker", "--python", "/usr/bin/python3"], "--python runs cells with a host interpreter: it needs --backend local"),
-    (["run-matrix", "--backend", "local", "--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["run-matrix", "--backend", "local", "--timeout", "0"], "argument --timeout: must be a number of seconds more than 0 and at most 604800"),
     (["run-matrix", "--backend", "local", "--python", "/no/such/python"], "no such interpreter"),
     (["run-matrix", "--backend", "local", "--resume"], "--resume: no earlier run under results/"),
-    (["run-matrix", "--repeat", "0"], "--repeat must be >= 1"),
+    (["run-matrix", "--repeat", "0"], "argument --repeat: must be a whole number from 1 to 100, not '0'"),
     (["report", "no-such-run"], "no-such-run is not a results directory"),
 ])
 def test_error_paths(in_tmp, capsys, argv, expected):
