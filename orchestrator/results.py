@@ -245,7 +245,7 @@ def invalid_measurement(result: Result) -> str | None:
     figures.append(("wall_time_s", result.wall_time_s))
     for name, value in figures:
         if value is not None and not (math.isfinite(value) and value >= 0):
-            return f"{name} is {value!r}: not a finite number >= 0, so not a measurement"
+            return f"{name} is {value!r}: not a finite, non-negative number, so not a measurement"
     return None
 
 
