@@ -19,8 +19,16 @@ from orchestrator.commands._shared import EXIT_INTERRUPTED, EXIT_USER_ERROR, con
 from orchestrator.errors import UserError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is a UserError like any other: one line, exit 2 (argparse
+    would print its usage block first)."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator",
+    parser = _Parser(prog="python -m orchestrator",
                                      description="Rosetta Bench: the same models in every framework, measured alike.")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks of errors")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -32,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as error:
+        console.print(f"[red]error:[/red] {escape(str(error))}")
+        return EXIT_USER_ERROR
     try:
         return args.run(args)
     except UserError as error:

@@ -1,6 +1,7 @@
 """The benchmark matrix: load and validate `matrix.toml`, apply command-line narrowing, expand cells.
 
-Every unknown key or name is refused with one line that lists the valid choices.
+Every unknown key or name, every value of the wrong TOML type and every name given twice is
+refused with one line that names the file, the key and what is expected.
 """
 from __future__ import annotations
 
@@ -18,6 +19,25 @@ DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 _TOP_KEYS = ("defaults", "frameworks")
 _DEFAULT_KEYS = ("profile", "data", "repeat", "workloads", "precisions")
 _FRAMEWORK_KEYS = ("variants", "workloads", "precisions")
+
+# A huge repeat would build millions of cells in memory before the first one runs; a hundred
+# repeats of one cell is already more than any comparison here needs.
+MAX_REPEAT = 100
+
+# What a TOML value is called in messages, by its Python type (tomllib's mapping).
+_TOML_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list",
+               dict: "a table"}
+
+
+def _toml_type(value) -> str:
+    return next((name for kind, name in _TOML_TYPES.items() if type(value) is kind), "a date or time")
+
+
+def _expect(value, kind: type, expected: str, where: str, key: str):
+    """The value when it has the TOML type the key needs; else one line naming file, key and type."""
+    if type(value) is not kind:  # type(), not isinstance: true/false is no integer here
+        raise UserError(f"{where}: {key} must be {expected}, not {_toml_type(value)} ({value!r:.60})")
+    return value
 
 
 @dataclass
@@ -78,18 +98,32 @@ def _check_keys(table: dict, valid: tuple[str, ...], where: str) -> None:
 
 
 def check_names(names, valid, what: str, where: str) -> list[str]:
+    """A non-empty list of known names, each named once.
+
+    A name given twice is refused rather than silently dropped: it would run the same cell twice
+    into one result file, and it is more often a typo for another name than a wish."""
     if isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not names:
-        raise UserError(f"{where}: {what} must be a non-empty list; choose from {', '.join(valid)}")
+        raise UserError(f"{where}: {what} must be a non-empty list of names, e.g. [\"{next(iter(valid))}\"]; "
+                        f"choose from {', '.join(valid)}")
+    singular = what[:-1] if what.endswith("s") else what
     for name in names:
+        if not isinstance(name, str):
+            raise UserError(f"{where}: each of {what} must be a string (a name), not {_toml_type(name)} "
+                            f"({name!r:.60}); choose from {', '.join(valid)}")
         if name not in valid:
-            raise UserError(f"{where}: unknown {what[:-1] if what.endswith('s') else what} {name!r}; "
-                            f"choose from {', '.join(valid)}")
+            raise UserError(f"{where}: unknown {singular} {name!r}; choose from {', '.join(valid)}")
+    repeated = [name for position, name in enumerate(names) if name in names[:position]]
+    if repeated:
+        raise UserError(f"{where}: {singular} {repeated[0]!r} is given twice in {what}; name each once")
     return list(names)
 
 
 def _check_choice(value, valid, what: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{where}: {what} must be a string, not {_toml_type(value)} ({value!r:.60}); "
+                        f"choose from {', '.join(valid)}")
     if value not in valid:
         raise UserError(f"{where}: unknown {what} {value!r}; choose from {', '.join(valid)}")
     return value
@@ -101,25 +135,24 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{source}: not valid TOML ({error}); fix the file or pass --matrix") from error
     _check_keys(document, _TOP_KEYS, source)
-    defaults = document.get("defaults", {})
+    defaults = _expect(document.get("defaults", {}), dict, "a table ([defaults])", source, "defaults")
     _check_keys(defaults, _DEFAULT_KEYS, f"{source} [defaults]")
     matrix = Matrix(source=source)
     where = f"{source} [defaults]"
     matrix.profile = _check_choice(defaults.get("profile", matrix.profile), PROFILES, "profile", where)
     matrix.data = _check_choice(defaults.get("data", matrix.data), DATA_SOURCES, "data source", where)
-    matrix.repeat = defaults.get("repeat", matrix.repeat)
-    if not isinstance(matrix.repeat, int) or isinstance(matrix.repeat, bool) or matrix.repeat < 1:
-        raise UserError(f"{where}: repeat must be a whole number >= 1, not {matrix.repeat!r}")
+    matrix.repeat = check_repeat(_expect(defaults.get("repeat", matrix.repeat), int,
+                                         f"a whole number from 1 to {MAX_REPEAT}", where, "repeat"), f"{where}: repeat")
     matrix.workloads = check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
     matrix.precisions = check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
-    tables = document.get("frameworks", {})
+    tables = _expect(document.get("frameworks", {}), dict, "tables ([frameworks.<name>])", source, "frameworks")
     if not tables:
         raise UserError(f"{source}: no [frameworks.<name>] table; choose from {', '.join(frameworks)}")
     for name, table in tables.items():
         _check_choice(name, frameworks, "framework", f"{source} [frameworks]")
         where = f"{source} [frameworks.{name}]"
         if not isinstance(table, dict):
-            raise UserError(f"{where}: must be a table, e.g. variants = [\"cpu\"]")
+            raise UserError(f"{where}: must be a table, e.g. variants = [\"cpu\"], not {_toml_type(table)}")
         _check_keys(table, _FRAMEWORK_KEYS, where)
         framework = frameworks[name]
         entry = FrameworkEntry(name=name, variants=check_names(
@@ -136,7 +169,21 @@ def load(path: Path | None, frameworks: dict[str, Framework]) -> Matrix:
     path = Path(path) if path else DEFAULT_MATRIX
     if not path.is_file():
         raise UserError(f"matrix file {path} not found; pass --matrix FILE (the default is {DEFAULT_MATRIX.name})")
-    return parse(path.read_text(), frameworks, source=str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UserError(f"matrix file {path}: cannot be read ({error.strerror}); check its permissions") from error
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"matrix file {path}: not UTF-8 (byte {error.start}); save it as UTF-8 text") from error
+    return parse(text, frameworks, source=str(path))
+
+
+def check_repeat(repeat: int, what: str = "--repeat") -> int:
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise UserError(f"{what} must be a whole number from 1 to {MAX_REPEAT}, not {repeat}")
+    return repeat
 
 
 def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str] | None = None,
@@ -165,7 +212,5 @@ def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str]
     if data:
         matrix.data = _check_choice(data, DATA_SOURCES, "data source", where)
     if repeat is not None:
-        if repeat < 1:
-            raise UserError(f"--repeat must be >= 1, not {repeat}")
-        matrix.repeat = repeat
+        matrix.repeat = check_repeat(repeat)
     return matrix

@@ -6,14 +6,17 @@ uses the standard library only, so the host reads exactly what the images write.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
+import typing
 from pathlib import Path
 
 import pandas as pd
 
 from orchestrator.errors import UserError
-from workloads.common import declaration
-from workloads.common.result import STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
+from workloads.common import declaration, safe_files
+from workloads.common.result import SCHEMA_VERSION, STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
 
 CELLS_FOLDER = "cells"
 
@@ -30,6 +33,35 @@ PROVENANCE_COLUMNS = ("device", "gpu_name", "framework_version", "cuda_version",
 FRAME_COLUMNS = (CELL_COLUMNS + ("status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
                  + ("started_at", "wall_time_s", "key", "matched"))
 
+# Result files may come from another machine: bounds on what reading one may cost. A parity run's
+# outputs are the largest records (tens of kilobytes); nothing the harness writes nests deeper
+# than a few levels.
+LONGEST_CELL_FILE = 64 * 1024 * 1024  # bytes
+DEEPEST_NESTING = 32
+LARGEST_INTEGER = 2 ** 63 - 1  # what pandas' Int64 holds
+
+# A frame status of the host's own, beside the recorded ones (STATUSES): an "ok" result whose
+# figures cannot be measurements (a time that is infinite, negative or NaN). Never ranked.
+INVALID = "invalid"
+# Measured figures that must be finite and >= 0 in an ok result. A loss is left out: a training
+# that diverged records a NaN loss, and that is a finding, not a broken measurement.
+_UNCHECKED_METRICS = ("final_loss",)
+_CHECKED_SAMPLES = ("first_step_s", "epoch_times_s", "epoch_steps", "batch_times_s")
+
+
+@dataclasses.dataclass
+class Unreadable:
+    """A cell file the report cannot use, and why: listed in the report instead of crashing it."""
+
+    path: Path
+    reason: str
+
+
+@dataclasses.dataclass
+class LoadedResults:
+    results: list[Result]
+    unreadable: list[Unreadable]
+
 
 def cell_path(results_dir: str | os.PathLike, cell: Cell) -> Path:
     """Where one cell's (and one repeat's) result is stored."""
@@ -39,20 +71,141 @@ def cell_path(results_dir: str | os.PathLike, cell: Cell) -> Path:
 def load_results(results_dir: str | os.PathLike) -> list[Result]:
     """Read every ``cells/*.json`` under ``results_dir``, in file-name order.
 
-    Raises UserError when there is nothing to read, or when a file cannot be read by this version:
-    a report silently built without some cells would mislead more than a refusal.
+    Raises UserError when there is nothing to read, or when a file cannot be read by this version
+    (the report uses ``load_cells`` instead, which lists such files and goes on).
     """
     cells_dir = Path(results_dir) / CELLS_FOLDER
+    return [_read_one(path, cells_dir) for path in _cell_files(cells_dir)]
+
+
+def load_cells(results_dir: str | os.PathLike) -> LoadedResults:
+    """Every readable ``cells/*.json`` under ``results_dir``, and every unreadable one with its reason.
+
+    A report lists the unreadable files rather than leaving them out silently; it refuses (UserError)
+    only when no file at all can be read."""
+    cells_dir = Path(results_dir) / CELLS_FOLDER
+    loaded = LoadedResults([], [])
+    for path in _cell_files(cells_dir):
+        try:
+            loaded.results.append(read_cell_file(path))
+        except SchemaError as error:
+            loaded.unreadable.append(Unreadable(path, str(error).removeprefix(f"{path}: ")))
+    if not loaded.results:
+        first = loaded.unreadable[0]
+        raise UserError(f"no readable result in {cells_dir}: {len(loaded.unreadable)} unreadable file(s), e.g. "
+                        f"{first.path.name}: {first.reason}; re-run those cells or move the files out")
+    return loaded
+
+
+def _cell_files(cells_dir: Path) -> list[Path]:
     paths = sorted(cells_dir.glob("*.json")) if cells_dir.is_dir() else []
     if not paths:
         raise UserError(f"no results in {cells_dir}; run `python -m orchestrator run-matrix` first")
-    return [_read_one(path, cells_dir) for path in paths]
+    return paths
+
+
+def read_cell_file(path: Path) -> Result:
+    """One result file, checked field by field; SchemaError (naming the file) for anything else.
+
+    Never hangs on a FIFO, never follows a link, never reads more than LONGEST_CELL_FILE bytes."""
+    try:
+        data = json.loads(safe_files.read_bytes_bounded(path, LONGEST_CELL_FILE).decode("utf-8"))
+    except safe_files.UnsafePath as error:
+        raise SchemaError(f"{path}: {str(error).removeprefix(f'{path} ')}") from error
+    except OSError as error:
+        raise SchemaError(f"{path}: cannot be read ({error.strerror or error})") from error
+    except UnicodeDecodeError as error:
+        raise SchemaError(f"{path}: not UTF-8 text (byte {error.start})") from error
+    except RecursionError as error:
+        raise SchemaError(f"{path}: JSON nested too deeply") from error
+    except ValueError as error:  # not JSON, or an integer of thousands of digits
+        raise SchemaError(f"{path}: not valid JSON ({str(error)[:120]})") from error
+    if _nesting(data) > DEEPEST_NESTING:
+        raise SchemaError(f"{path}: JSON nested more than {DEEPEST_NESTING} levels deep")
+    if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
+        problem = _type_problem(Result, data, "")
+        if problem:
+            raise SchemaError(f"{path}: malformed result record: {problem}")
+    try:
+        result = Result.from_dict(data)
+    except SchemaError as error:
+        raise SchemaError(f"{path}: {error}") from error
+    _check_shape(result, path)
+    return result
+
+
+def _nesting(data) -> int:
+    """How deeply lists and objects nest in `data` (iteratively: no recursion limit to hit)."""
+    deepest, pending = 0, [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > DEEPEST_NESTING:
+                break
+            pending += [(item, depth) for item in (value.values() if isinstance(value, dict) else value)]
+    return deepest
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _type_problem(hint, value, where: str) -> str | None:
+    """What is wrong with `value` as a `hint` (the result dataclasses' type hints), or None."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    name = where or "the record"
+    if hint is typing.Any:
+        return None
+    if origin is typing.Union:
+        if value is None and type(None) in arguments:
+            return None
+        (inner,) = [argument for argument in arguments if argument is not type(None)]
+        return _type_problem(inner, value, where)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            return f"{name} must be an object, not {_json_kind(value)}"
+        hints = typing.get_type_hints(hint)
+        for field in dataclasses.fields(hint):
+            if field.name in value:
+                problem = _type_problem(hints[field.name], value[field.name], f"{where}.{field.name}".lstrip("."))
+                if problem:
+                    return problem
+        return None
+    if origin is list:
+        if not isinstance(value, list):
+            return f"{name} must be a list, not {_json_kind(value)}"
+        return next(filter(None, (_type_problem(arguments[0], item, f"{where}[{index}]")
+                                  for index, item in enumerate(value))), None)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"{name} must be an object, not {_json_kind(value)}"
+        return next(filter(None, (_type_problem(arguments[1], item, f"{where}.{key}")
+                                  for key, item in value.items())), None)
+    if hint is int:
+        if type(value) is not int:
+            return f"{name} must be an integer, not {_json_kind(value)}"
+        if abs(value) > LARGEST_INTEGER:
+            return f"{name} is out of range ({len(str(abs(value)))} digits)"
+        return None
+    if hint is float:
+        if type(value) not in (int, float):
+            return f"{name} must be a number, not {_json_kind(value)}"
+        if type(value) is int and abs(value) > LARGEST_INTEGER:
+            return f"{name} is out of range ({len(str(abs(value)))} digits)"
+        return None
+    if hint in (str, bool) and type(value) is not hint:
+        return f"{name} must be {_json_kind(hint())}, not {_json_kind(value)}"
+    return None
 
 
 def _read_one(path: Path, cells_dir: Path) -> Result:
     try:
-        result = Result.read(path)
-        _check_shape(result, path)
+        result = read_cell_file(path)
     except SchemaError as error:
         message = str(error)
         # The schema-version refusal already names its fix; other defects need one added.
@@ -60,9 +213,6 @@ def _read_one(path: Path, cells_dir: Path) -> Result:
             message += (f"; re-run that cell (`python -m orchestrator run-matrix`) or move the file "
                         f"out of {cells_dir}")
         raise UserError(message) from error
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{path}: cannot be read ({error}); check its permissions and encoding, or "
-                        f"move it out of {cells_dir}") from error
     return result
 
 
@@ -83,11 +233,42 @@ def derived_metrics() -> dict[str, dict[str, declaration.Metric]]:
             for name, workload in declaration.declared().items()}
 
 
+def invalid_measurement(result: Result) -> str | None:
+    """Why an ok result's figures cannot be measurements, or None: a time, rate, count or size
+    that is NaN, infinite or negative. Such a result is shown as invalid, never ranked."""
+    figures = [(f"metrics.{name}", value) for name, value in dataclasses.asdict(result.metrics).items()
+               if name not in _UNCHECKED_METRICS]
+    for name in _CHECKED_SAMPLES:
+        value = getattr(result.samples, name)
+        figures += ([(f"samples.{name}[{index}]", item) for index, item in enumerate(value)]
+                    if isinstance(value, list) else [(f"samples.{name}", value)])
+    figures.append(("wall_time_s", result.wall_time_s))
+    for name, value in figures:
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"{name} is {value!r}: not a finite, non-negative number, so not a measurement"
+    return None
+
+
+def _derived_values(result: Result, metrics: dict[str, declaration.Metric]) -> dict[str, float]:
+    """The derived metrics of an ok result; a derivation that fails on odd figures leaves NaN."""
+    values = {}
+    for name, metric in metrics.items():
+        try:
+            value = metric.value(result)
+            values[name] = math.nan if value is None else float(value)
+        except (ArithmeticError, TypeError, ValueError):
+            values[name] = math.nan
+        if not (math.isfinite(values[name]) and values[name] >= 0):
+            values[name] = math.nan  # never ranked
+    return values
+
+
 def to_frame(results: list[Result]) -> pd.DataFrame:
     """One row per result (one repeat of one cell), nested record flattened into columns.
 
     A declared metric that is derived (workloads/common/declaration.py: ``Metric.derive``) gets a
-    column of its own, filled in for the ok results of its workload."""
+    column of its own, filled in for the ok results of its workload. An ok result whose figures
+    are not measurements (``invalid_measurement``) gets the status INVALID and the reason."""
     derived = derived_metrics()
     derived_columns = list(dict.fromkeys(name for metrics in derived.values() for name in metrics))
     rows = []
@@ -95,14 +276,17 @@ def to_frame(results: list[Result]) -> pd.DataFrame:
         row = {name: getattr(result.cell, name) for name in CELL_COLUMNS}
         row["status"] = result.status
         row["reason"] = result.reason
+        invalid = invalid_measurement(result) if result.status == "ok" else None
+        if invalid:
+            row["status"], row["reason"] = INVALID, invalid
         row.update(dataclasses.asdict(result.metrics))
         row.update({name: getattr(result.provenance, name) for name in PROVENANCE_COLUMNS})
         row["started_at"] = result.started_at
         row["wall_time_s"] = result.wall_time_s
         row["key"] = result.cell.key
         row["matched"] = result.provenance.extras.get("matched") or None
-        if result.status == "ok":
-            row.update({name: metric.value(result) for name, metric in derived.get(result.cell.workload, {}).items()})
+        if row["status"] == "ok":
+            row.update(_derived_values(result, derived.get(result.cell.workload, {})))
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS) + derived_columns)
     # Columns that are None in every row would otherwise stay "object" and break the medians.

@@ -42,7 +42,7 @@ def test_default_matrix_file_is_valid():
     ("[defaults]\nworkloads = ['cnn', 'lstm']\n[frameworks.pytorch]\n", "unknown workload 'lstm'; choose from cnn, resnet50, gru"),
     ("[defaults]\nprecisions = ['fp8']\n[frameworks.pytorch]\n", "unknown precision 'fp8'; choose from fp32, tf32, fp16, bf16"),
     ("[defaults]\nprofile = 'huge'\n[frameworks.pytorch]\n", "unknown profile 'huge'; choose from smoke, full"),
-    ("[defaults]\nrepeat = 0\n[frameworks.pytorch]\n", "repeat must be a whole number >= 1"),
+    ("[defaults]\nrepeat = 0\n[frameworks.pytorch]\n", "repeat must be a whole number from 1 to 100"),
     ("[defaults]\n", "no [frameworks.<name>] table; choose from "),
     ("[frameworks.pytorch]\nvariants = ['cpu'\n", "not valid TOML"),
     ("[frameworks.pytorch]\nspeed = 'fast'\n", "unknown key 'speed'; valid keys: variants, workloads, precisions"),

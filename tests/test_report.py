@@ -179,7 +179,7 @@ def test_matched_section_and_parameter_count_flag(tmp_path):
         result.write(tmp_path / "cells" / f"{result.cell.key}.json")
     markdown_path, html_path = report_module.render(tmp_path)
     markdown, html = markdown_path.read_text(), html_path.read_text()
-    assert "## What had to be matched" in markdown and "gate order r, z, n; epsilon <after> sqrt" in markdown
+    assert "## What had to be matched" in markdown and "gate order r, z, n; epsilon &lt;after&gt; sqrt" in markdown  # HTML in Markdown is escaped too
     assert "epsilon &lt;after&gt; sqrt" in html
     assert "3,441,600 (differs from the reference 3,441,592: not the same model)" in markdown
     assert "3,441,592 (differs" not in markdown

@@ -7,6 +7,8 @@ choices, its help and `auto` are all read from here.
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -50,10 +52,38 @@ class Registration:
     auto_note: str = ""  # this backend in --backend's help, e.g. "Docker when an engine answers"
 
 
+def interpreter_path(python: str) -> str:
+    """--python as an absolute path to an executable file, or one line saying what is wrong with it.
+
+    Cells run in their own working directory, so a relative path would name another file (or
+    none) there; a bare name (python3.8) is looked up on PATH now, once."""
+    if os.sep not in python:
+        found = shutil.which(python)
+        if not found:
+            raise UserError(f"--python {python}: no such interpreter on PATH; give the absolute path of a Python "
+                            f"that has the framework installed")
+        return os.path.abspath(found)
+    path = Path(python)
+    if not path.is_absolute():
+        raise UserError(f"--python {python}: a relative path; cells run in another working directory, so give "
+                        f"the absolute path ({Path.cwd() / path})")
+    if not path.exists():
+        raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the "
+                        f"framework installed")
+    if path.is_dir():
+        raise UserError(f"--python {python}: a folder, not an interpreter; give the Python inside it "
+                        f"(e.g. {path / 'bin' / 'python'})")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UserError(f"--python {python}: not an executable file; give the path of a Python interpreter "
+                        f"(or make it executable: chmod +x)")
+    return python
+
+
 def _start_local(frameworks: dict, options: BackendOptions, log: Log):
     from orchestrator.backends.local import LocalBackend
 
-    return LocalBackend(frameworks, cache_dir=options.cache_dir, python=options.python, gpus=options.gpus, log=log)
+    python = interpreter_path(options.python) if options.python else None
+    return LocalBackend(frameworks, cache_dir=options.cache_dir, python=python, gpus=options.gpus, log=log)
 
 
 def _start_docker(frameworks: dict, options: BackendOptions, log: Log):

@@ -7,18 +7,52 @@ options object per group instead of one keyword argument per option.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from pathlib import Path
 
-from orchestrator import frameworks as framework_registry, images
+from orchestrator import frameworks as framework_registry, images, matrix
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
 from workloads.common.hyperparams import WORKLOADS
 
 
-def comma_list(value: str) -> list[str] | None:
-    """`a, b,c` -> ["a", "b", "c"]; an empty value is the same as leaving the option out."""
-    return [item.strip() for item in value.split(",") if item.strip()] or None
+# The longest a cell may be given: a week. An infinite or astronomically long timeout is none at
+# all, and overflows the clocks that enforce it.
+LONGEST_TIMEOUT_S = 7 * 24 * 3600
+
+
+def comma_list(value: str) -> list[str]:
+    """`a, b,c` -> ["a", "b", "c"]. An option given with no name at all (`""`, `","`) is refused:
+    run-matrix would otherwise read it as "not narrowed" and run the whole matrix."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"names nothing ({value!r}); give comma-separated names, or leave "
+                                         f"the option out to keep every one")
+    return items
+
+
+def repeat_count(value: str) -> int:
+    """--repeat: a whole number from 1 to matrix.MAX_REPEAT."""
+    try:
+        repeat = int(value)
+    except ValueError:
+        repeat = None
+    if repeat is None or not 1 <= repeat <= matrix.MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {matrix.MAX_REPEAT}, not {value!r:.40}")
+    return repeat
+
+
+def timeout_seconds(value: str) -> float:
+    """--timeout: seconds, more than 0 and at most LONGEST_TIMEOUT_S (nan and inf are refused)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 < seconds <= LONGEST_TIMEOUT_S):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds more than 0 and at most "
+                                         f"{LONGEST_TIMEOUT_S} (a week), not {value!r:.40}")
+    return seconds
 
 
 # --- which cells: run-matrix, parity ------------------------------------------------------------
@@ -32,7 +66,8 @@ def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, d
     """Where a run's cells write, where they read, how long each may take."""
     parser.add_argument("--results-dir", type=Path, help=results_dir_help)
     parser.add_argument("--data-dir", type=Path, help=data_dir_help)
-    parser.add_argument("--timeout", type=float, help="seconds per cell before it is killed")
+    parser.add_argument("--timeout", type=timeout_seconds,
+                        help=f"seconds per cell before it is killed (more than 0, at most {LONGEST_TIMEOUT_S})")
     parser.add_argument("--force", action="store_true", help="run into a --results-dir that already holds "
                         "files (cells that run replace their own results; nothing is deleted)")
 

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated: {','.join(PRECISIONS)}")
     parser.add_argument("--profile", choices=PROFILES, help="full = the study's settings; smoke = a few batches")
     parser.add_argument("--data", choices=DATA_SOURCES, help="real datasets or synthetic data of the same shapes")
-    parser.add_argument("--repeat", type=int, help="runs per cell, interleaved across frameworks")
+    parser.add_argument("--repeat", type=common_args.repeat_count,
+                        help=f"runs per cell, interleaved across frameworks (1 to {matrix_module.MAX_REPEAT})")
     common_args.add_run_options(parser, results_dir_help="default: results/<run-id>/",
                                 data_dir_help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")

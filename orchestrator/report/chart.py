@@ -16,7 +16,14 @@ def chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) 
     """The chart as an ``<svg>`` element, or None when no configuration has a headline figure.
 
     Built on a bare ``Figure`` (no pyplot), so no global backend or figure registry is touched.
+    Labels come from results (framework and variant names): mathtext is off, so that a `$` in one
+    is a dollar sign, never a formula for matplotlib to parse (or fail on).
     """
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _chart_svg(summary, workload, show_profile=show_profile)
+
+
+def _chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) -> str | None:
     timed = summary[(summary["status"] == "ok") & summary["median"].notna()]
     if timed.empty:
         return None

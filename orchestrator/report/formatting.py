@@ -80,6 +80,14 @@ def unit_heading(metric: Metric) -> str:
     return metric.label if metric.heading == metric.label and metric.unit else metric.unit
 
 
+# Characters that would make text from a result into HTML (<script>, &entities;) or Markdown syntax
+# (a link, emphasis, code, a table cell's end): HTML's as entities, the rest backslash-escaped,
+# which CommonMark allows for any ASCII punctuation.
+_MARKDOWN_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+                                   **{mark: "\\" + mark for mark in "\\`*_[]|"}})
+
+
 def markdown_cell(text) -> str:
-    """A table cell must stay on one line and must not close the cell early."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Text from a result, safe in a Markdown table cell or line: on one line, HTML and Markdown
+    syntax escaped (a `|` cannot close the cell, `<script>` stays text)."""
+    return " ".join(str(text).split()).translate(_MARKDOWN_ESCAPES)

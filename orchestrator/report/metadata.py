@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from workloads.common import safe_files
 from workloads.common.result import SCHEMA_VERSION
+
+LONGEST_RUN_FILE = 16 * 1024 * 1024  # bytes: run.json may come from elsewhere, as the cells do
 
 
 def _distinct_values(frame: pd.DataFrame, *columns: str) -> str:
@@ -45,10 +48,23 @@ def run_metadata(frame: pd.DataFrame) -> list[tuple[str, str]]:
 def recorded_not_applicable(results_dir: Path) -> list[dict]:
     """The not-applicable pairs every run-matrix invocation into this folder recorded (run.json)."""
     try:
-        invocations = json.loads((Path(results_dir) / "run.json").read_text()).get("invocations", [])
-    except (OSError, ValueError, AttributeError):
+        data = safe_files.read_bytes_bounded(Path(results_dir) / "run.json", LONGEST_RUN_FILE)
+        invocations = json.loads(data.decode("utf-8")).get("invocations", [])
+    except (OSError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return []
+    if not isinstance(invocations, list):
         return []
     pairs = [item for invocation in invocations if isinstance(invocation, dict)
-             for item in invocation.get("not_applicable") or [] if isinstance(item, dict)
-             and {"framework", "workload"} <= set(item)]
+             for item in _list(invocation.get("not_applicable")) if _is_pair(item)]
     return pairs
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _is_pair(item) -> bool:
+    """A not-applicable record of the shape run-matrix writes; anything else is left out."""
+    return (isinstance(item, dict) and isinstance(item.get("framework"), str) and isinstance(item.get("workload"), str)
+            and all(isinstance(variant, str) for variant in _list(item.get("variants")))
+            and isinstance(item.get("variants", []), list) and isinstance(item.get("reason", ""), (str, type(None))))

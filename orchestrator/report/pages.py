@@ -16,7 +16,7 @@ from orchestrator.report.formatting import markdown_cell
 from orchestrator.report.metadata import recorded_not_applicable, run_metadata
 from orchestrator.report.summary import COMPARABLE_KEY, empty_summary, summarise, undeclared, workload_order
 from orchestrator.report.tables import matched_sections, not_applicable_row, reference_table, result_table
-from orchestrator.results import load_reference, load_results, to_frame
+from orchestrator.results import Unreadable, load_cells, load_reference, to_frame
 from workloads.common import declaration, safe_files
 from workloads.common.declaration import LOWER
 
@@ -29,7 +29,8 @@ REFERENCE_LABEL = ("Published reference (original study, 2018 — other hardware
 def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-        # report.html.j2 is escaped; report.md.j2 is not (Markdown has no HTML escaping to do).
+        # report.html.j2 is escaped by Jinja; report.md.j2 escapes every string from a result
+        # itself, with md_cell (HTML and Markdown syntax alike).
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "htm", "xml", "html.j2"),
                                             default_for_string=True),
         undefined=jinja2.StrictUndefined,
@@ -41,11 +42,13 @@ def _environment() -> jinja2.Environment:
     return environment
 
 
-def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: list[dict] = ()) -> dict:
+def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: list[dict] = (),
+                  unreadable: list[Unreadable] = ()) -> dict:
     """Everything both templates print; the SVG charts are only used by the HTML one.
 
     `not_applicable`: the (framework, workload) pairs the run asked for that a framework does not
-    implement (run.json), each shown as a row with its reason."""
+    implement (run.json), each shown as a row with its reason. `unreadable`: the cell files that
+    could not be used, each listed with its reason."""
     summaries = summarise(frame)
     inapplicable = {}
     for item in not_applicable:
@@ -78,6 +81,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "title": "Rosetta Bench report",
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "metadata": metadata,
+        "unreadable": [{"file": item.path.name, "reason": item.reason} for item in unreadable],
         "sections": sections,
         "matched": matched_sections(frame),
         "missing_workloads": [name for name in declaration.declared()
@@ -96,8 +100,10 @@ def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None 
     The reports go into ``out_dir`` when given, else into ``results_dir``. Returns both paths.
     """
     results_dir = Path(results_dir)
-    frame = to_frame(load_results(results_dir))
-    context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir))
+    loaded = load_cells(results_dir)
+    frame = to_frame(loaded.results)
+    context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
+                            unreadable=loaded.unreadable)
     target = Path(out_dir) if out_dir is not None else results_dir
     safe_files.make_folder(target)
     environment = _environment()
