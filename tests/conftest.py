@@ -64,3 +64,25 @@ def registry(tmp_path_factory):
     yield address
     process.terminate()
     process.wait(timeout=10)
+
+
+def default_signal_dispositions() -> None:
+    """For a child process (Popen's preexec_fn): Ctrl-C, hang-up and kill take their usual effect,
+    whatever this test run inherited. A job started in the background with `&` by a
+    non-interactive shell ignores SIGINT, one under nohup ignores SIGHUP, and an ignored signal
+    stays ignored across exec: the orchestrator (rightly) leaves it so."""
+    import signal
+
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
+@pytest.fixture
+def ctrl_c_interrupts():
+    """SIGINT raises KeyboardInterrupt in this process for the test, as at an interactive terminal,
+    even when the test run was started with SIGINT ignored."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

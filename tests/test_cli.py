@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_signal_dispositions
 from orchestrator.__main__ import main
 from workloads.common.result import Cell, Result
 
@@ -198,7 +199,8 @@ def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
                "--variants", "cpu", "--workloads", "cnn,gru", "--python", str(fake), "--data", "synthetic", "--profile", "smoke",
                "--results-dir", str(tmp_path / "run")]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_signal_dispositions)
     deadline = time.monotonic() + 60
     while not (tmp_path / "hanging.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -315,7 +315,7 @@ def test_cuda_cells_request_the_chosen_gpus(tmp_path, client, test_image):
         DockerBackend({}, client=client, image_for=str, gpus="0,,1")
 
 
-def test_ctrl_c_removes_the_running_container_and_propagates(tmp_path, client, backend):
+def test_ctrl_c_removes_the_running_container_and_propagates(tmp_path, client, backend, ctrl_c_interrupts):
     def interrupt_once_running():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

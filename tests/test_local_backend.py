@@ -231,7 +231,7 @@ def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
         kill_if_running(child_pid)
 
 
-def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path):
+def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path, ctrl_c_interrupts):
     """Ctrl-C (SIGTERM and SIGHUP become the same KeyboardInterrupt) while a cell runs: its process
     group is killed and its work folder removed before the interrupt goes on to the runner."""
     import os
