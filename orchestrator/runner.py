@@ -9,7 +9,6 @@ import datetime
 import json
 import os
 import platform
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +21,10 @@ from orchestrator import host, onnx_export, run_folder
 from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
-from orchestrator.results import cell_path
+from orchestrator.results import cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration
-from workloads.common.result import Cell, Result, write_json_atomic
+from workloads.common.result import Cell, Result, SchemaError, write_json_atomic
 
 
 class Interrupted(UserError):
@@ -135,11 +134,11 @@ def _write_result(result: Result, path: Path, results_dir: Path, *, finished: in
 
 
 def _finished(path: Path) -> bool:
+    """An ok result is on disk: read as `report` reads it (a link, FIFO, device or malformed record
+    is never a finished cell)."""
     try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, FIFO or device is never a finished cell
-            return False
-        return json.loads(path.read_text()).get("status") == "ok"
-    except (OSError, ValueError, AttributeError):
+        return read_cell_file(path).status == "ok"
+    except (OSError, SchemaError):
         return False
 
 
