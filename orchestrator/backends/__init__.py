@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workloads.common.cell import CellRequest
+from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
 
 STDERR_TAIL_CHARS = 4000
@@ -101,6 +102,15 @@ def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: P
     if result.status != "ok":
         result.stderr_tail = tail(log_path)
     return result
+
+
+def remove_work(log, work: Path) -> None:
+    """Remove a cell's work folder (never through a link) once the cell has ended, however it
+    ended; a failure is said in one line and never hides the cell's own outcome or an interrupt."""
+    try:
+        safe_files.remove_tree(work)
+    except OSError as error:
+        log(f"could not remove the work folder {work} ({error}); remove it by hand")
 
 
 def unsupported(cell: Cell, reason: str) -> Result:

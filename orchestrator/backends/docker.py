@@ -34,13 +34,13 @@ import docker
 import requests
 
 from orchestrator import host
-from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, tail, write_cell_document
+from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, remove_work, tail,
+                                   write_cell_document)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
-from workloads.common.safe_files import remove_tree
 
 CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
 SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
@@ -169,14 +169,14 @@ class DockerBackend:
             # Always, Ctrl-C included: a forced removal kills the container if it still runs.
             if container is not None:
                 self._remove(container)
-            self._remove_work(job.work_dir)
+            remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
         self._record_limits(result)
         return result
 
     def _prepare_scratch(self, job: CellJob) -> Path:
         """A fresh /results folder that only the container's user can write (mode 0700)."""
-        remove_tree(job.work_dir)  # left behind by a run killed outright
+        safe_files.remove_tree(job.work_dir)  # left behind by a run killed outright
         out_dir = job.work_dir / "out"
         out_dir.mkdir(parents=True)
         out_dir.chmod(0o700)
@@ -187,12 +187,6 @@ class DockerBackend:
     def make_writable_by_cells(folder: Path) -> None:
         """A folder we created (mode 0700), for a cell to write (the ONNX export's): see container_user."""
         give_to_container_user(folder)
-
-    def _remove_work(self, work: Path) -> None:
-        try:
-            remove_tree(work)
-        except OSError as error:  # never hide the cell's own outcome (or an interrupt) behind this
-            self.log(f"could not remove the work folder {work} ({error}); remove it by hand")
 
     def _record_limits(self, result: Result) -> None:
         """The limits the cell ran under, with its result: a cell killed for memory reads with them."""

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import host
-from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, write_cell_document
+from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, remove_work, write_cell_document
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common import safe_files
 from workloads.common.result import Result
-from workloads.common.safe_files import remove_tree
 
 READY_MARKER = ".rosetta-ready"
 # Variables a cell inherits from the host; everything else is left out so runs are reproducible.
@@ -174,7 +173,7 @@ class LocalBackend:
         except EnvironmentBuildError as error:
             return Result(cell=cell, status="failed", reason=str(error))
         work = job.work_dir
-        remove_tree(work)  # left behind by a run killed outright
+        safe_files.remove_tree(work)  # left behind by a run killed outright
         try:
             (work / "home").mkdir(parents=True)
             (work / "tmp").mkdir()
@@ -194,15 +193,9 @@ class LocalBackend:
             result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
                              timed_out_after=job.timeout if exit_code is None else None)
         finally:  # ok, failed, timed out or interrupted (Ctrl-C, SIGTERM, SIGHUP): no work folder stays
-            self._remove_work(work)
+            remove_work(self.log, work)
         result.provenance.interpreter = result.provenance.interpreter or python
         return result
-
-    def _remove_work(self, work: Path) -> None:
-        try:
-            remove_tree(work)
-        except OSError as error:  # never hide the cell's own outcome (or an interrupt) behind this
-            self.log(f"could not remove the work folder {work} ({error}); remove it by hand")
 
     def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:
         environment = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
