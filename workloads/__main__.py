@@ -19,10 +19,10 @@ from typing import List, Optional
 
 import numpy as np
 
-from workloads.common import canonical, hyperparams, naming
+from workloads.common import canonical, hyperparams, naming, options
 from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import Run, Unsupported
-from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell
+from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, INITS, Cell
 
 EXIT_FAILED = 1
 # The by-hand defaults are the documents' own.
@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, help="default: real")
     parser.add_argument("--data-dir", help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--repeat", type=int, help="repeat index, recorded in the result (default: 0)")
+    parser.add_argument("--init", choices=INITS, help="canonical = start from the canonical weights every framework "
+                        "loads (default); framework = the framework's own initialisers")
+    parser.add_argument("--option", action="append", metavar="NAME=VALUE",
+                        help=f"a framework option, repeatable ({', '.join(options.every_name())}; "
+                        "workloads/common/options.py)")
     parser.add_argument("--parity", metavar="DIR", help="parity check instead of the benchmark: load the canonical "
                         "weights and batch in DIR (weights.npz, batch.npz) and record the model's outputs")
     parser.add_argument("--export-onnx", metavar="OUT", help="with --parity: also export the model on those weights "
@@ -97,7 +102,9 @@ def request_from_arguments(args: argparse.Namespace) -> CellRequest:
                 precision=given(args.precision, _DEFAULT_CELL.precision),
                 profile=given(args.profile, _DEFAULT_CELL.profile),
                 data=given(args.data, _DEFAULT_CELL.data),
-                repeat=given(args.repeat, _DEFAULT_CELL.repeat))
+                repeat=given(args.repeat, _DEFAULT_CELL.repeat),
+                init=given(args.init, _DEFAULT_CELL.init),
+                options=dict(option.partition("=")[::2] for option in args.option or ()))
     return CellRequest(cell=cell, device=given(args.device, _DEFAULT_REQUEST.device), data_dir=args.data_dir,
                        out=args.out, parity=args.parity, export_onnx=args.export_onnx, onnx_model=args.onnx_model)
 
@@ -116,9 +123,14 @@ def request_problem(request: CellRequest) -> Optional[str]:
                                  ("profile", cell.profile, hyperparams.PROFILES),
                                  ("precision", cell.precision, hyperparams.PRECISIONS),
                                  ("device", request.device, hyperparams.DEVICES),
-                                 ("data", cell.data, hyperparams.DATA_SOURCES)):
+                                 ("data", cell.data, hyperparams.DATA_SOURCES),
+                                 ("init", cell.init, INITS)):
         if value not in choices:
             return f"invalid {what} {value!r}; choose from {', '.join(choices)}"
+    try:
+        options.check(cell.framework, cell.options)
+    except options.OptionError as error:
+        return str(error)
     if request.export_onnx and not request.parity:
         return "--export-onnx needs --parity DIR: the canonical weights to export"
     return out_problem(result_path(request))
@@ -149,6 +161,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: no {cell.workload} workload for framework {cell.framework!r}; "
               f"choose from {', '.join(choices)}", file=sys.stderr)
         return 2
+    cell.options = options.check(cell.framework, cell.options)  # defaults dropped: the same cell either way
     out = result_path(request)
     run = Run(cell, device=request.device, data_dir=request.data_dir)
     code = EXIT_OK
@@ -180,7 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         run.result.status, code = "failed", EXIT_FAILED
         run.result.reason = f"{type(error).__name__}: {error}".strip()
     try:
-        run.finish().write(out)
+        run.finish().write(out)  # the validity gate may fail an otherwise finished cell here
+        if code == EXIT_OK and run.result.status != "ok":
+            code = EXIT_FAILED
     except OSError as error:  # changed under us since the check, a full disk, a link refused (safe_files)
         print(f"error: cannot write the result to {out} ({error}); choose another --out", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from typing import Optional, Union
 from workloads.common.result import Cell
 
 # Bump when a field changes meaning, so that an image older than the host says so plainly.
-CELL_DOCUMENT_VERSION = 1
+CELL_DOCUMENT_VERSION = 2  # 2: the cell's init and framework options
 
 
 # A name that becomes part of a file name (the cell's key, hence the default result path): letters
@@ -24,7 +24,7 @@ CELL_DOCUMENT_VERSION = 1
 # (the key's separator), so no name can escape the results folder or make two cells share a key.
 SAFE_NAME = re.compile(r"[A-Za-z0-9]+(?:[._+-][A-Za-z0-9]+)*\Z")
 SAFE_NAME_MAX = 64
-PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data")
+PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data", "init")
 
 
 class CellDocumentError(ValueError):
@@ -42,6 +42,12 @@ def unsafe_name_problem(cell) -> Optional[str]:
         if len(value) > SAFE_NAME_MAX or not SAFE_NAME.match(value):
             return (f"invalid {field_name} {value[:SAFE_NAME_MAX]!r}: a name is letters and digits joined by single "
                     f"'.', '_', '+' or '-' (at most {SAFE_NAME_MAX} characters), as it becomes part of a file name")
+    options = getattr(cell, "options", None)
+    for name, value in (options.items() if isinstance(options, dict) else ()):
+        for what, text in (("option name", name), ("option value", value)):
+            if isinstance(text, str) and (len(text) > SAFE_NAME_MAX or not SAFE_NAME.match(text)):
+                return (f"invalid {what} {text[:SAFE_NAME_MAX]!r}: letters and digits joined by single '.', '_', "
+                        f"'+' or '-' (at most {SAFE_NAME_MAX} characters), as it becomes part of a file name")
     return None
 
 
@@ -106,6 +112,11 @@ def _checked(kind, values: dict, skip=()) -> dict:
                 raise CellDocumentError(f"{kind.__name__} lacks {name!r}")
             continue
         value = values[name]
+        if name == "options":  # Cell.options: names to values, both strings
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in value.items()):
+                raise CellDocumentError(f"{kind.__name__}.options is {value!r:.80}, not an object of strings")
+            continue
         expected = int if field.type is int else str
         optional = field.type is not int and field.type is not str  # Optional[str]
         if not (isinstance(value, expected) and not isinstance(value, bool)) and not (optional and value is None):

@@ -9,6 +9,7 @@ except once after the very first step.
 """
 import contextlib
 import datetime
+import math
 import os
 import platform
 import resource
@@ -19,8 +20,13 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from workloads.common import data, hyperparams
-from workloads.common.result import Cell, Result
+from workloads.common import canonical, data, hyperparams, options
+from workloads.common.provenance import fill_machine_facts
+from workloads.common.result import CANONICAL_INIT, Cell, Result
+
+# The validity gate: a training loss that ends an epoch above this multiple of the first step's
+# loss (or is not a finite number at all) marks the cell failed, "diverged", instead of ranking it.
+DIVERGED_LOSS_RATIO = 2.0
 
 
 class Unsupported(Exception):
@@ -59,9 +65,35 @@ class Run:
         self.data_dir = data_dir or data.default_data_dir()
         self.sync: Callable[[], None] = _no_sync  # set by the framework once the device is known
         self.rng = np.random.default_rng(hyperparams.SEED)
+        self.init = cell.init
+        self.options = options.resolve(cell.framework, cell.options)  # every declared option, defaults included
         self.result = Result(cell=cell, settings=_as_dict(self.settings))
         self.result.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.result.provenance.extras.update({"option." + name: value for name, value in self.options.items()})
         self._fill_host_provenance()
+
+    # --- the cell's choices -----------------------------------------------------------------------
+
+    def option(self, name: str) -> str:
+        """A framework option's value for this cell (workloads/common/options.py), its default if not given."""
+        return self.options[name]
+
+    def initial_weights(self) -> Optional[dict]:
+        """The canonical weights (workloads/common/canonical.py) the model starts training from, so
+        that every framework starts from the same point (--init canonical, the default;
+        docs/FAIRNESS.md: same-start), or None with --init framework: keep the framework's own
+        initialisers. Call it inside the model_build phase and load what it returns the way
+        ``parity()`` does."""
+        self.result.provenance.extras["init"] = self.init
+        if self.init != CANONICAL_INIT:
+            return None
+        return canonical.parameters(self.cell.workload)
+
+    def note_trace(self, function: str) -> None:
+        """Count one Python trace of a compiled step. Call it inside the traced function's body,
+        which Python runs only while tracing: more than one trace per input shape is a retrace."""
+        traces = self.result.samples.traces
+        traces[function] = traces.get(function, 0) + 1
 
     # --- phases ---------------------------------------------------------------------------------
 
@@ -120,6 +152,8 @@ class Run:
 
         The device is synchronised when the epoch starts and ends, and once after the very first
         step of the run, whose time (compilation, autotuning) is kept apart as ``first_step_s``.
+        Each step's time as the host saw it goes to ``batch_times_s`` (the epoch's final wait for
+        the device is the last step's), so an epoch's steps add up to its time.
         """
         settings = self.settings
         samples = self.result.samples
@@ -129,18 +163,29 @@ class Run:
             steps = min(steps, settings.max_train_batches)
         if steps == 0:
             raise ValueError(f"{len(x)} training samples make no complete batch of {settings.batch_size}")
+        step_times = []
         self.sync()
-        start = time.perf_counter()
+        start = last = time.perf_counter()
         for step in range(steps):
             index = order[step * settings.batch_size:(step + 1) * settings.batch_size]
             yield x[index], y[index]
             if step == 0 and samples.first_step_s is None:
                 self.sync()
                 samples.first_step_s = time.perf_counter() - start
+            now = time.perf_counter()
+            step_times.append(now - last)
+            last = now
         self.sync()
-        samples.epoch_times_s.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        step_times[-1] += end - last
+        samples.batch_times_s.extend(step_times)
+        samples.epoch_times_s.append(end - start)
         samples.epoch_steps.append(steps)
         self.result.phases["train"] = sum(samples.epoch_times_s)
+
+    def record_first_loss(self, loss: float) -> None:
+        """The first training step's loss, the validity gate's baseline (read once, inside that step's time)."""
+        self.result.samples.first_loss = float(loss)
 
     def end_epoch(self, loss: float) -> None:
         """Record the epoch's last training loss (read after the epoch's clock stopped)."""
@@ -170,7 +215,8 @@ class Run:
             yield images[batch * size:(batch + 1) * size]
 
     def timed_batches(self, images: np.ndarray) -> Iterator[np.ndarray]:
-        """The timed forward-only pass: one synchronised sample per batch."""
+        """The timed forward-only pass: one synchronised sample per batch (the copy of the
+        features to the host included: workloads/common/loop.py, infer)."""
         size = self.settings.batch_size
         samples = self.result.samples
         for batch in range(self.settings.batches):
@@ -199,8 +245,13 @@ class Run:
         if megabytes is not None:
             self.result.metrics.peak_device_memory_mb = float(megabytes)
 
+    def invalidate(self, reason: str) -> None:
+        """Mark an otherwise finished cell failed: its figures must not be ranked (the validity gate)."""
+        if self.result.status == "ok":
+            self.result.status, self.result.reason = "failed", reason
+
     def finish(self) -> Result:
-        """Derive the metrics from the raw samples."""
+        """Derive the metrics from the raw samples, then apply the validity gate."""
         metrics, samples, settings = self.result.metrics, self.result.samples, self.settings
         if samples.epoch_times_s:
             steps = sum(samples.epoch_steps)
@@ -211,12 +262,14 @@ class Run:
                 metrics.steady_samples_per_s = (steps - 1) * settings.batch_size / metrics.steady_state_time_s
             if samples.epoch_losses:
                 metrics.final_loss = samples.epoch_losses[-1]
-        if samples.batch_times_s:
-            images = len(samples.batch_times_s) * settings.batch_size
-            timed = sum(samples.batch_times_s)
-            metrics.seconds_per_1000_images = timed / images * 1000.0
-            metrics.images_per_s = images / timed
+        elif samples.batch_times_s:  # inference: the median batch, robust to a stray slow one
+            median = float(np.median(samples.batch_times_s))
+            metrics.seconds_per_1000_images = median / settings.batch_size * 1000.0
+            metrics.images_per_s = settings.batch_size / median
         metrics.peak_host_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        problem = divergence(samples.first_loss, samples.epoch_losses)
+        if problem:
+            self.invalidate(problem)
         return self.result
 
     def _fill_host_provenance(self) -> None:
@@ -232,6 +285,24 @@ class Run:
         provenance.interpreter = sys.executable
         provenance.user_id = os.getuid()
         provenance.network_interfaces = network_interfaces()
+        fill_machine_facts(provenance)
+
+
+def divergence(first_loss: Optional[float], epoch_losses: List[Optional[float]]) -> Optional[str]:
+    """Why a training run diverged ("diverged: ..."), or None: a loss that is not a finite number,
+    or an epoch that ends above DIVERGED_LOSS_RATIO times the first step's loss."""
+    for where, loss in [("the first step", first_loss)] + [("epoch {}".format(n), loss)
+                                                           for n, loss in enumerate(epoch_losses, start=1)]:
+        if where != "the first step" and loss is None:
+            return "diverged: the training loss at the end of {} is not a number".format(where)
+        if loss is not None and not math.isfinite(loss):
+            return "diverged: the training loss after {} is {}".format(where, loss)
+    if first_loss is not None and first_loss > 0:
+        for number, loss in enumerate(epoch_losses, start=1):
+            if loss is not None and loss > DIVERGED_LOSS_RATIO * first_loss:
+                return ("diverged: the training loss rose from {:.4g} (first step) to {:.4g} (end of epoch {}), "
+                        "more than {:g}x its start".format(first_loss, loss, number, DIVERGED_LOSS_RATIO))
+    return None
 
 
 def cpu_model() -> Optional[str]:

@@ -22,11 +22,15 @@ def train(run, data, step: Callable, *, loss_value: Callable = float,
     ``step(x, y)`` runs one optimizer step on a numpy batch and returns its loss, which may stay on
     the device: it is read (``loss_value``) once per epoch, after the epoch's clock has stopped.
     ``end_epoch`` runs after each epoch's clock stops too (e.g. Keras on JAX copies its state back).
+    The very first step's loss is read at once (inside the first step's own time, which the
+    harness keeps apart): the validity gate compares every epoch's loss with it.
     """
     loss = None
     for _ in range(run.settings.epochs):
         for x, y in run.train_batches(data.x_train, data.y_train):
             loss = step(x, y)
+            if run.result.samples.first_loss is None:
+                run.record_first_loss(loss_value(loss))
         if end_epoch is not None:
             end_epoch()
         run.end_epoch(loss_value(loss))
@@ -44,19 +48,23 @@ def evaluate(run, data, count_correct: Callable, *, to_int: Callable = int) -> N
     run.record_accuracy(to_int(correct), total)
 
 
-def infer(run, images: np.ndarray, forward: Callable, *, shape_of: Callable = np.shape) -> None:
-    """The untimed warm pass (its own phase: tracing, compilation, autotuning, allocation), then
-    the timed forward-only pass, one synchronised sample per batch. ``forward(batch)`` returns the
-    features, which may stay on the device."""
+def infer(run, images: np.ndarray, forward: Callable, *, to_host: Callable = np.asarray) -> None:
+    """The untimed warm pass over ``settings.warmup_batches`` batches (its own phase: tracing,
+    compilation, autotuning, allocation), then the timed forward-only pass, one synchronised
+    sample per batch. ``forward(batch)`` returns the features, possibly on the device;
+    ``to_host(features)`` copies them into a numpy array, inside every timed batch, for every
+    framework alike (docs/FAIRNESS.md: host-copy): a feature extractor's user needs them there.
+    Features that are not all finite numbers fail the cell (the validity gate)."""
     settings = run.settings
     features = None
     with run.phase("warmup"):
         for batch in run.warmup_batches(images):
-            features = forward(batch)
-    shape = tuple(shape_of(features))
-    assert shape == (settings.batch_size, settings.feature_size), shape
+            features = to_host(forward(batch))
+    assert features.shape == (settings.batch_size, settings.feature_size), features.shape
     for batch in run.timed_batches(images):
-        forward(batch)
+        features = to_host(forward(batch))
+    if not np.isfinite(features).all():
+        run.invalidate("diverged: the extracted features hold NaN or infinite values")
 
 
 def parity_outputs(forward: Callable, step: Callable, batch: Dict[str, np.ndarray], *,

@@ -5,6 +5,7 @@ these dataclasses (``python -m workloads.common.result``) and a test keeps the t
 """
 import dataclasses  # novermin (Python 3.6 images install the dataclasses backport)
 import json
+import math
 import os
 import sys
 import typing
@@ -14,7 +15,10 @@ from typing import Dict, List, Optional, Union
 
 from workloads.common import safe_files
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 lacks only fields that have defaults here (init, options, per-step training times,
+# the first loss, trace counts, the wider provenance): it is still read.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 # The contract between host and image: exit 0 = result written and ok; EXIT_UNSUPPORTED = the
 # cell cannot run here (the reason is in the result); anything else = failed.
@@ -22,6 +26,10 @@ EXIT_OK = 0
 EXIT_UNSUPPORTED = 3
 
 STATUSES = ("ok", "unsupported", "failed", "timeout")
+# How a cell's model starts: from the canonical weights every framework loads (the default, so that
+# accuracies compare), or from each framework's own initialisers.
+CANONICAL_INIT, FRAMEWORK_INIT = "canonical", "framework"
+INITS = (CANONICAL_INIT, FRAMEWORK_INIT)
 
 
 class SchemaError(ValueError):
@@ -39,13 +47,18 @@ class Cell:
     profile: str = "full"
     data: str = "real"
     repeat: int = 0
+    init: str = CANONICAL_INIT  # canonical or framework (see INITS)
+    options: Dict[str, str] = field(default_factory=dict)  # non-default framework options (workloads/common/options.py)
 
     @property
     def key(self) -> str:
-        """File-name-safe identity; a repeat of the same cell gets its own key."""
-        return "__".join(
-            [self.framework, self.variant, self.workload, self.precision, self.profile, self.data,
-             f"r{self.repeat}"])
+        """File-name-safe identity; a repeat of the same cell gets its own key, and so does a cell
+        run from the framework's own initialisers or with a non-default option."""
+        parts = [self.framework, self.variant, self.workload, self.precision, self.profile, self.data]
+        if self.init != CANONICAL_INIT:
+            parts.append(f"init-{self.init}")
+        parts += [f"{name}-{self.options[name]}" for name in sorted(self.options)]
+        return "__".join(parts + [f"r{self.repeat}"])
 
 
 @dataclass
@@ -72,8 +85,16 @@ class Samples:
     first_step_s: Optional[float] = None  # first training step: compilation / autotuning lands here
     epoch_times_s: List[float] = field(default_factory=list)
     epoch_steps: List[int] = field(default_factory=list)
-    epoch_losses: List[float] = field(default_factory=list)
-    batch_times_s: List[float] = field(default_factory=list)  # inference: one per timed batch
+    epoch_losses: List[Optional[float]] = field(default_factory=list)  # None: not a finite number
+    # Inference: one per timed batch, the device synchronised around each. Training: one per step,
+    # every epoch in order, as the host saw it (the device is synchronised only after the first
+    # step and at each epoch's end, so a step's figure is when the host could hand over the next
+    # batch); a retrace or recompilation after the first step shows here as an outlier.
+    batch_times_s: List[float] = field(default_factory=list)
+    first_loss: Optional[float] = None  # the first training step's loss: the validity gate's baseline
+    # How often Python traced each compiled function (tf.function, jax.jit, ...): more than once per
+    # input shape is a retrace, paid inside the timed steps.
+    traces: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,6 +122,14 @@ class Provenance:
     network_interfaces: List[str] = field(default_factory=list)  # just ["lo"] in a container without network
     image_id: Optional[str] = None
     image_digest: Optional[str] = None
+    image_revision: Optional[str] = None  # the project revision the image was built from (its label)
+    image_sources_sha256: Optional[str] = None  # the workload sources the image holds (its label)
+    cpu_affinity: Optional[int] = None  # CPUs this process may run on (sched_getaffinity)
+    cpu_quota: Optional[float] = None  # the cgroup's CPU limit, in CPUs; None: no limit
+    environment: Dict[str, str] = field(default_factory=dict)  # the variables that change speed, as set
+    gpu: Dict[str, str] = field(default_factory=dict)  # memory, clocks, power limit, persistence, ECC, MIG
+    packages: List[str] = field(default_factory=list)  # every installed distribution, "name==version", sorted
+    packages_sha256: Optional[str] = None  # of the package list, one "name==version" per line
     extras: Dict[str, str] = field(default_factory=dict)  # framework-specific switches
 
 
@@ -123,15 +152,16 @@ class Result:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain JSON data; a NaN or infinity (a diverged loss) becomes None, never a bare token."""
+        return finite_only(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict) -> "Result":
         version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise SchemaError(
                 f"result schema_version {version!r} is not supported (this Rosetta Bench reads "
-                f"version {SCHEMA_VERSION}); re-run the cell or use the matching release")
+                f"versions {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}); re-run the cell or use the matching release")
         try:
             return _build(cls, data)
         except (TypeError, KeyError) as error:
@@ -154,8 +184,20 @@ class Result:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    """Write `data` as indented JSON atomically, never through a link (workloads/common/safe_files.py)."""
-    safe_files.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Write `data` as indented JSON atomically, never through a link (workloads/common/safe_files.py).
+    NaN and infinity are refused: they are not JSON (finite_only turns them into None first)."""
+    safe_files.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def finite_only(value):
+    """``value`` with every NaN or infinite float replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_only(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_only(item) for item in value]
+    return value
 
 
 def _build(kind, data):
@@ -215,7 +257,7 @@ def json_schema() -> dict:
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
               "$id": "https://rosetta-bench.invalid/schema/result.schema.json",
               "title": "Rosetta Bench cell result", **_dataclass_schema(Result)}
-    schema["properties"]["schema_version"] = {"const": SCHEMA_VERSION}
+    schema["properties"]["schema_version"] = {"enum": list(READABLE_SCHEMA_VERSIONS)}
     schema["properties"]["status"] = {"enum": list(STATUSES)}
     schema["required"] = sorted(set(schema.get("required", [])) | {"schema_version", "status"})
     return schema

@@ -2,7 +2,7 @@
 from dataclasses import dataclass  # novermin
 from typing import Optional
 
-from workloads.common.declaration import (SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY, TOKENS,
+from workloads.common.declaration import (FIRST_STEP, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY, TOKENS,
                                           TRAIN_TIME, TRAINING, Workload)
 
 
@@ -43,8 +43,8 @@ WORKLOAD = Workload(
     order=3,
     settings=GRUSettings,
     smoke=dict(epochs=1, max_train_batches=8, max_eval_batches=8),
-    metrics=(TRAIN_TIME, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY),
-    headline="train_time_s",
+    metrics=(STEADY_SAMPLES_PER_S, FIRST_STEP, TRAIN_TIME, SAMPLES_PER_S, TEST_ACCURACY),
+    headline="steady_samples_per_s",
     throughput="samples_per_s",
     steady="steady_samples_per_s",
     dataset="imdb",
@@ -52,5 +52,7 @@ WORKLOAD = Workload(
     parity_input=TOKENS,
     parity_outputs=("logits", "logits_after_training"),
     canonical_layers=canonical_layers,
+    accuracy_target=0.86,  # the study's figure after its epochs on the real data
+    accuracy_tolerance=0.03,
     description="embedding 30k x 125, GRU(100), dense 2, Adam 1e-3, batch 64, 3 epochs",
 )
