@@ -167,6 +167,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     code = EXIT_OK
     try:
         os.environ.update(naming.environment(cell.framework))  # e.g. KERAS_BACKEND, before the import
+        os.environ.update(naming.precision_environment(cell.precision))  # no TF32 in fp32 cells, before any CUDA handle
         if request.onnx_model:
             os.environ["ROSETTA_ONNX_MODEL"] = request.onnx_model  # read by workloads/runtime/onnxruntime.py
         start = time.perf_counter()

@@ -23,6 +23,15 @@ def frameworks_of(module: str) -> List[str]:
 
 
 def environment(framework: str) -> Dict[str, str]:
-    """Variables to set before the framework is imported."""
+    """Variables to set before the framework is imported (baked into its image too)."""
     backend = KERAS_BACKENDS.get(framework) or KERAS2_BACKENDS.get(framework)
     return {"KERAS_BACKEND": backend} if backend else {}
+
+
+def precision_environment(precision: str) -> Dict[str, str]:
+    """Variables a cell of ``precision`` sets before its framework is imported, so before any CUDA
+    handle exists. fp32 means true fp32 (docs/FAIRNESS.md: true-precision): NVIDIA_TF32_OVERRIDE=0
+    makes cuBLAS and cuDNN refuse TF32 tensor-core math whatever a framework's own switches say
+    (Chainer has none, MXNet reads its own too late). Every other precision leaves TF32 to the
+    framework's switch (on in tf32 cells, irrelevant to the half-precision ones)."""
+    return {"NVIDIA_TF32_OVERRIDE": "0"} if precision == "fp32" else {}
