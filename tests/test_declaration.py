@@ -55,10 +55,20 @@ def test_a_declaration_refuses_what_it_cannot_mean():
 
 
 def test_headings_name_the_unit_once():
-    assert declaration.TRAIN_TIME.heading == "train time (s)"
-    assert declaration.SAMPLES_PER_S.heading == "samples/s"
+    assert declaration.TRAIN_TIME.heading == "total train time (s)"
+    assert declaration.SAMPLES_PER_S.heading == "samples/s overall"
+    assert declaration.FIRST_STEP.heading == "first step (s)"
     assert declaration.TEST_ACCURACY.heading == "test accuracy"
-    assert declaration.get("resnet50").headline_metric.heading == "s / 1000 images"
+    assert declaration.get("resnet50").headline_metric.heading == "images/s"
+    assert declaration.get("resnet50").metric("batch_p90_ms").heading == "batch p90 (ms)"
+
+
+def test_every_headline_is_a_steady_state_throughput():
+    """FAIRNESS.md: steady-headline. Compilation and the first step never decide the ranking."""
+    for workload in declaration.declared().values():
+        headline = workload.headline_metric
+        assert headline.better == declaration.HIGHER and headline.name in (workload.steady or workload.throughput,)
+    assert declaration.get("cnn").accuracy_target == 0.77 and declaration.get("gru").accuracy_target == 0.86
 
 
 # --- nothing else restates a workload ---------------------------------------------------------------

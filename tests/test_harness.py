@@ -36,6 +36,10 @@ def test_training_epochs_keep_raw_samples_and_sync_only_at_boundaries():
     result = run.finish()
     samples, metrics = result.samples, result.metrics
     assert samples.epoch_steps == [8, 8] and len(samples.epoch_times_s) == 2 and samples.epoch_losses == [0.5, 0.5]
+    # one host-side time per step, each epoch's steps adding up to its time
+    assert len(samples.batch_times_s) == 16
+    assert sum(samples.batch_times_s[:8]) == pytest.approx(samples.epoch_times_s[0])
+    assert samples.batch_times_s[0] >= samples.first_step_s
     assert 0 < samples.first_step_s <= samples.epoch_times_s[0]
     assert metrics.train_time_s == pytest.approx(sum(samples.epoch_times_s))
     assert metrics.steady_state_time_s == pytest.approx(metrics.train_time_s - samples.first_step_s)
@@ -60,16 +64,17 @@ def test_evaluation_keeps_the_partial_batch_but_respects_the_profile():
     assert sizes == [64] * 8
 
 
-def test_inference_times_each_batch_synchronised():
+def test_inference_times_each_batch_synchronised_and_ranks_the_median():
     run = smoke_run("resnet50")
     run.sync = sync = CountingSync()
-    images = np.zeros((64, 1), np.float32)
-    assert [len(b) for b in run.warmup_batches(images)] == [32]
-    assert [len(b) for b in run.timed_batches(images)] == [32, 32]
-    assert sync.calls == 4  # before and after each timed batch
+    images = np.zeros((96, 1), np.float32)
+    assert [len(b) for b in run.warmup_batches(images)] == [32, 32]  # a few warm batches, not one
+    assert [len(b) for b in run.timed_batches(images)] == [32, 32, 32]
+    assert sync.calls == 6  # before and after each timed batch
+    run.result.samples.batch_times_s = [0.1, 0.2, 5.0]  # one stray slow batch does not move the median
     metrics = run.finish().metrics
-    assert metrics.seconds_per_1000_images == pytest.approx(sum(run.result.samples.batch_times_s) / 64 * 1000)
-    assert metrics.images_per_s == pytest.approx(1000 / metrics.seconds_per_1000_images)
+    assert metrics.seconds_per_1000_images == pytest.approx(0.2 / 32 * 1000)
+    assert metrics.images_per_s == pytest.approx(32 / 0.2)
 
 
 def test_synthetic_data_is_only_as_large_as_the_profile_needs():

@@ -294,9 +294,9 @@ def divergence(first_loss: Optional[float], epoch_losses: List[Optional[float]])
     for where, loss in [("the first step", first_loss)] + [("epoch {}".format(n), loss)
                                                            for n, loss in enumerate(epoch_losses, start=1)]:
         if where != "the first step" and loss is None:
-            return "diverged: the training loss at the end of {} is not a number".format(where)
+            return "diverged: the training loss at the end of {} is not a finite number".format(where)
         if loss is not None and not math.isfinite(loss):
-            return "diverged: the training loss after {} is {}".format(where, loss)
+            return "diverged: the training loss after {} is not a finite number ({})".format(where, loss)
     if first_loss is not None and first_loss > 0:
         for number, loss in enumerate(epoch_losses, start=1):
             if loss is not None and loss > DIVERGED_LOSS_RATIO * first_loss:
