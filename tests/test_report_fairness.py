@@ -265,6 +265,8 @@ def test_slow_step_count_leaves_out_the_first_step_and_each_epochs_last():
     assert slow_step_count([0.5] + [0.01] * 9 + [0.4] + [0.01] * 9, [10, 10])[0] == 1
     assert slow_step_count([0.5] + [0.01] * 4 + [0.01 * SLOW_STEP_FACTOR], [6])[0] == 0  # the epoch's last: left out
     assert slow_step_count([0.5, 0.01], [2])[0] == 0  # too few steps to judge
+    # a host that only queues GPU work: 0.2 ms steps, one 5 ms pause is not a recompilation
+    assert slow_step_count([0.5] + [0.0002] * 10 + [0.005] + [0.0002] * 8 + [0.3], [20])[0] == 0
     assert slow_step_count([], [])[0] == 0
 
 

@@ -45,8 +45,11 @@ LONGEST_NOTE = 300  # characters; a stderr tail belongs in the JSON, not in a ta
 OUTLIER_FLOOR = 0.05
 OUTLIER_MADS = 3.0
 # The slow-step rule: a training step after the first that takes more than SLOW_STEP_FACTOR times the
-# median step. Each epoch's last step is left out: it carries the wait for the device.
+# median step, and SLOW_STEP_EXTRA_S more than it (a step the host only queues for the GPU takes a
+# fraction of a millisecond: a pause of a few milliseconds is not a recompilation). Each epoch's
+# last step is left out: it carries the wait for the device.
 SLOW_STEP_FACTOR = 10.0
+SLOW_STEP_EXTRA_S = 0.05
 DIVERGED = "diverged"
 CPU_SHARE = ("CPU affinity", "CPU quota")  # labels of orchestrator.report.frame.details
 PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16")
@@ -87,7 +90,8 @@ def notes() -> list[str]:
         f"{OUTLIER_MADS:g} × MAD) from the median of the rows of the same workload, profile, data and precision "
         f"(MAD: their median absolute deviation; three rows or more) is flagged as an outlier.",
         f"Slow steps: a training step after the first that took more than {SLOW_STEP_FACTOR:g}x the median step "
-        f"(each epoch's last step, which waits for the device, left out) flags the row \"retrace/recompile "
+        f"and at least {SLOW_STEP_EXTRA_S * 1000:g} ms more than it (each epoch's last step, which waits for the "
+        f"device, left out) flags the row \"retrace/recompile "
         f"suspected\"; a compiled function traced more than once is shown with its count.",
         "Rows of one group that could use different shares of the machine (CPU affinity, cgroup CPU quota) "
         "say so: the same device model, not the same resources.",
@@ -332,8 +336,8 @@ def _merged_details(rows: pd.DataFrame) -> dict[str, str]:
 # --- the checks ------------------------------------------------------------------------------------
 
 def slow_step_count(step_times, epoch_steps) -> tuple[int, float, float]:
-    """(how many steps after the first took more than SLOW_STEP_FACTOR x the median step, the
-    slowest of them, that median) in one training result. Each epoch's last step (it waits for the
+    """(how many steps after the first took more than SLOW_STEP_FACTOR x the median step and
+    SLOW_STEP_EXTRA_S more than it, the slowest of them, that median) in one training result. Each epoch's last step (it waits for the
     device) and the run's first step (compilation) are left out."""
     times = [float(value) for value in step_times or [] if value is not None and math.isfinite(value)]
     if len(times) != len(step_times or []):
@@ -348,7 +352,8 @@ def slow_step_count(step_times, epoch_steps) -> tuple[int, float, float]:
     if len(steady) < 3:
         return 0, math.nan, math.nan
     median = float(np.median(steady))
-    slow = [value for value in steady if median > 0 and value > SLOW_STEP_FACTOR * median]
+    slow = [value for value in steady
+            if median > 0 and value > SLOW_STEP_FACTOR * median and value - median > SLOW_STEP_EXTRA_S]
     return len(slow), (max(slow) if slow else math.nan), median
 
 
