@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 
+import pandas as pd
 import pytest
 
 from orchestrator.report import REFERENCE_LABEL, render, summarise
@@ -14,15 +15,15 @@ SCRIPT_REASON = "<script>alert(1)</script> | exploded"
 
 
 def cell_result(framework, workload, *, precision="fp32", repeat=0, status="ok", reason=None,
-                seconds=None, accuracy=None, variant="cuda12") -> Result:
+                seconds=None, rate=None, accuracy=None, variant="cuda12") -> Result:
+    """A result; training ranks its steady samples/s (`rate`), ResNet-50 its images/s (1000 / `seconds`)."""
     metrics = Metrics()
     if status == "ok" and workload == "resnet50":
         metrics = Metrics(seconds_per_1000_images=seconds, images_per_s=1000 / seconds,
                           parameter_count=23_508_032)
     elif status == "ok":
-        metrics = Metrics(train_time_s=seconds, samples_per_s=49_984 / seconds,
-                          steady_samples_per_s=49_920 / (seconds - 0.5), test_accuracy=accuracy,
-                          parameter_count=3_441_592)
+        metrics = Metrics(train_time_s=49_920 / rate + 0.5, samples_per_s=49_984 / (49_920 / rate + 0.5),
+                          steady_samples_per_s=rate, test_accuracy=accuracy, parameter_count=3_441_592)
     return Result(
         cell=Cell(framework=framework, workload=workload, variant=variant, precision=precision,
                   profile="full", data="real", repeat=repeat),
@@ -36,12 +37,12 @@ def cell_result(framework, workload, *, precision="fp32", repeat=0, status="ok",
 @pytest.fixture
 def results():
     made = []
-    # cnn: pytorch 10/12/14 s (median 12), tensorflow 22/24/26 s (median 24 = 2.00x), fp16 unsupported,
-    # jax failed with a reason that tries to inject a script.
-    for repeat, seconds in enumerate([14.0, 10.0, 12.0]):
-        made.append(cell_result("pytorch", "cnn", repeat=repeat, seconds=seconds, accuracy=0.77))
-    for repeat, seconds in enumerate([22.0, 26.0, 24.0]):
-        made.append(cell_result("tensorflow", "cnn", repeat=repeat, seconds=seconds, accuracy=0.768))
+    # cnn: pytorch 1400/1000/1200 steady samples/s (median 1200), tensorflow 500/700/600 (median 600 =
+    # 2.00x), fp16 unsupported, jax failed with a reason that tries to inject a script.
+    for repeat, rate in enumerate([1400.0, 1000.0, 1200.0]):
+        made.append(cell_result("pytorch", "cnn", repeat=repeat, rate=rate, accuracy=0.77))
+    for repeat, rate in enumerate([500.0, 700.0, 600.0]):
+        made.append(cell_result("tensorflow", "cnn", repeat=repeat, rate=rate, accuracy=0.768))
     made.append(cell_result("pytorch", "cnn", precision="fp16", variant="cpu", status="unsupported",
                             reason="fp16 needs a CUDA GPU"))
     made.append(cell_result("jax", "cnn", status="failed", reason=SCRIPT_REASON))
@@ -71,14 +72,14 @@ def test_summary_medians_spread_and_relative_to_best(results):
     assert list(summaries) == ["cnn", "resnet50", "gru"]
     cnn = summaries["cnn"]
     pytorch, tensorflow = row(cnn, "pytorch"), row(cnn, "tensorflow")
-    assert pytorch["median"] == 12.0 and pytorch["min"] == 10.0 and pytorch["max"] == 14.0
+    assert pytorch["median"] == 1200.0 and pytorch["min"] == 1000.0 and pytorch["max"] == 1400.0
     assert pytorch["ok_repeats"] == 3
-    assert pytorch["relative_spread"] == pytest.approx(4 / 12)
-    assert pytorch["relative_to_best"] == pytest.approx(1.0)
-    assert tensorflow["median"] == 24.0
-    assert tensorflow["relative_to_best"] == pytest.approx(2.0)
+    assert pytorch["relative_spread"] == pytest.approx(400 / 1200)
+    assert pytorch["relative_to_best"] == pytest.approx(1.0) and pytorch["rank"] == 1
+    assert tensorflow["median"] == 600.0
+    assert tensorflow["relative_to_best"] == pytest.approx(2.0) and tensorflow["rank"] == 2
     assert pytorch["test_accuracy"] == pytest.approx(0.77)
-    assert pytorch["samples_per_s"] == pytest.approx(49_984 / 12)
+    assert pytorch["train_time_s"] == pytest.approx(49_920 / 1200 + 0.5)
     assert pytorch["parameter_count"] == 3_441_592
     assert pytorch["gpu_name"] == "NVIDIA H200"
     # fastest first, then the cells without numbers
@@ -93,6 +94,7 @@ def test_cells_without_an_ok_repeat_keep_their_reason_and_no_numbers(results):
     assert unsupported["note"] == "unsupported: fp16 needs a CUDA GPU"
     assert unsupported["ok_repeats"] == 0
     assert math.isnan(unsupported["median"]) and math.isnan(unsupported["relative_to_best"])
+    assert unsupported["rank"] is pd.NA
 
 
 def test_single_repeat_has_no_spread_and_partly_failed_cells_say_so(results):
@@ -108,30 +110,48 @@ def test_single_repeat_has_no_spread_and_partly_failed_cells_say_so(results):
     assert summaries["gru"]["status"].tolist() == ["timeout"]
 
 
-def test_markdown_has_a_table_per_workload_and_the_labelled_reference(results_dir):
+def sections(markdown: str) -> dict[str, str]:
+    """The Markdown report's "## " sections by heading (the ranking's "### CNN" stays inside its own)."""
+    parts = re.split(r"^## ", markdown, flags=re.MULTILINE)[1:]
+    return {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in parts}
+
+
+def table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_markdown_has_tables_per_workload_and_group_and_the_labelled_reference(results_dir):
     markdown_path, _ = render(results_dir)
     assert markdown_path == results_dir / "report.md"
     markdown = markdown_path.read_text()
-    for title in ("## CNN", "## ResNet-50", "## GRU"):
-        assert title in markdown
+    parts = sections(markdown)
+    cnn_title, resnet_title, gru_title = "CNN — CIFAR-10 training", "ResNet-50 — feature extraction (inference)", \
+        "GRU — IMDB sentiment training"
+    assert {cnn_title, resnet_title, gru_title} <= set(parts)
     assert markdown.count(REFERENCE_LABEL) == 3
-    cnn_section = markdown.split("## CNN")[1].split("## ResNet-50")[0]
-    table = [line for line in cnn_section.split(REFERENCE_LABEL)[0].splitlines() if line.startswith("|")]
-    assert len(table) == 2 + 4  # header, separator, four configurations
-    assert table[2].startswith("| pytorch | cuda12 | fp32 | 3 | 12.0 | 10.0–14.0 | 33% | 1.00x |")
-    assert table[3].startswith("| tensorflow | cuda12 | fp32 | 3 | 24.0 | 22.0–26.0 | 17% | 2.00x |")
-    unsupported = next(line for line in table[4:] if line.startswith("| pytorch | cpu | fp16 |"))
-    assert unsupported.endswith("| unsupported: fp16 needs a CUDA GPU |")
-    assert "| 0/1 | - | - | - | - |" in unsupported
-    failed = next(line for line in table[4:] if line.startswith("| jax |"))
+    cnn_section = parts[cnn_title]
+    assert "### GPU NVIDIA H200 · fp32 · full profile · real data" in cnn_section
+    table = table_lines(cnn_section.split("### Not ranked")[0])
+    assert len(table) == 2 + 2  # header, separator, the two ok rows of the group
+    assert table[0].startswith("| Framework | Variant | Precision | Repeats | Median steady samples/s | Min–max | "
+                               "Spread | Relative | First step (s) | Total train time (s) | Samples/s overall | "
+                               "Test accuracy | Parameters |")
+    assert table[2].startswith("| pytorch | cuda12 | fp32 | 3 | 1,200 | 1,000–1,400 | 33% | 1.00x |")
+    assert table[3].startswith("| tensorflow | cuda12 | fp32 | 3 | 600 | 500–700 | 33% | 2.00x |")
+    not_ranked = table_lines(cnn_section.split("### Not ranked")[1].split("### Fast paths")[0])
+    unsupported = next(line for line in not_ranked if line.startswith("| pytorch | cpu | fp16 |"))
+    assert unsupported.endswith("| unsupported: fp16 needs a CUDA GPU |") and "| 0/1 |" in unsupported
+    failed = next(line for line in not_ranked if line.startswith("| jax |"))
     # a pipe inside a reason is escaped, so the row keeps its column count
     assert "\\| exploded" in failed
-    assert len(re.findall(r"(?<!\\)\|", failed)) == len(re.findall(r"(?<!\\)\|", table[0]))
-    # the published numbers appear in their own table
+    assert len(re.findall(r"(?<!\\)\|", failed)) == len(re.findall(r"(?<!\\)\|", not_ranked[0]))
+    # the published numbers appear in their own table, headed by what they are (the study's train time)
+    assert "| Framework | K80 (total train time, s) | P100 (total train time, s) |" in cnn_section
     assert "| pytorch | 169 | 51 |" in cnn_section
-    resnet_section = markdown.split("## ResNet-50")[1].split("## GRU")[0]
-    pytorch_row = next(line for line in resnet_section.splitlines() if line.startswith("| pytorch | cuda12"))
-    assert "| 1 | 1.60 | - | - | 1.00x |" in pytorch_row  # single repeat: no spread
+    pytorch_row = next(line for line in parts[resnet_title].splitlines() if line.startswith("| pytorch | cuda12"))
+    assert "| 1 | 625 | - | - | 1.00x | 1.60 |" in pytorch_row  # single repeat: no spread
+    assert "| tensorflow | cuda12 | fp32 | 1 | 417 | - | - | 1.50x | 2.40 |" in parts[resnet_title]
+    assert "| Framework | K80 (s / 1000 images) |" in parts[resnet_title]
     assert "- **Git revision:** abc1234" in markdown
     assert "NVIDIA H200 (driver 570.1)" in markdown
 
@@ -141,7 +161,7 @@ def test_html_is_self_contained_escaped_and_has_charts(results_dir, tmp_path_fac
     markdown_path, html_path = render(results_dir, out_dir=out_dir)
     assert (markdown_path, html_path) == (out_dir / "report.md", out_dir / "report.html")
     html = html_path.read_text()
-    assert html.count("<svg") == 2  # cnn and resnet50; gru has no ok cell to chart
+    assert html.count("<svg") == 2  # one group each in cnn and resnet50; gru has no ok cell to chart
     assert "<script" not in html.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<?xml" not in html and "<!DOCTYPE svg" not in html
@@ -162,7 +182,9 @@ def test_report_survives_missing_workloads_and_missing_metrics(tmp_path):
     markdown = markdown_path.read_text()
     assert "**No results for:** cnn, gru" in markdown
     assert "| mxnet | cpu | fp32 | 1 | - | - | - | - | - |" in markdown
-    assert "| chainer | cpu | fp32 | 0/1 |" in markdown and "| failed |" in markdown
+    chainer = next(line for line in markdown.splitlines() if line.startswith("| chainer |"))
+    assert chainer.startswith("| chainer | cpu | fp32 | device not recorded · fp32 · full profile · real data | 0/1 |")
+    assert chainer.endswith("| failed |")
     assert "<svg" not in html_path.read_text()
 
 

@@ -1,36 +1,40 @@
-"""An inline SVG bar chart of a workload's headline metric: median per configuration, min-max whiskers."""
+"""An inline SVG bar chart of one group's headline metric: median per row, min-max whiskers."""
 from __future__ import annotations
 
 import io
+import re
 
 import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
 from orchestrator.report.formatting import format_relative, formatter
-from orchestrator.report.summary import SUMMARY_KEY
+from orchestrator.report.summary import ranked
 from workloads.common.declaration import Workload
 
 
-def chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) -> str | None:
-    """The chart as an ``<svg>`` element, or None when no configuration has a headline figure.
+def chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> str | None:
+    """The chart of one group's rows as an ``<svg>`` element, or None when none is ranked.
+
+    ``chart_id`` prefixes every id inside the SVG, so that several charts in one page never share
+    an id (the page stays valid HTML, and a clip path never refers to another chart's).
 
     Built on a bare ``Figure`` (no pyplot), so no global backend or figure registry is touched.
     Labels come from results (framework and variant names): mathtext is off, so that a `$` in one
     is a dollar sign, never a formula for matplotlib to parse (or fail on).
     """
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-        return _chart_svg(summary, workload, show_profile=show_profile)
+        svg = _chart_svg(summary, workload, chart_id=chart_id)
+    return None if svg is None else _prefixed_ids(svg, chart_id)
 
 
-def _chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) -> str | None:
-    timed = summary[(summary["status"] == "ok") & summary["median"].notna()]
+def _chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> str | None:
+    timed = summary[ranked(summary)]
     if timed.empty:
         return None
     headline = workload.headline_metric
     write = formatter(headline)
-    labels = [" · ".join(str(row[name]) for name in (SUMMARY_KEY if show_profile else SUMMARY_KEY[:3]))
-              for _, row in timed.iterrows()]
+    labels = [f"{row['row_name']} · {row['variant']}" for _, row in timed.iterrows()]
     medians = timed["median"].to_numpy(dtype=float)
     below = (timed["median"] - timed["min"]).fillna(0).clip(lower=0).to_numpy(dtype=float)
     above = (timed["max"] - timed["median"]).fillna(0).clip(lower=0).to_numpy(dtype=float)
@@ -52,8 +56,22 @@ def _chart_svg(summary: pd.DataFrame, workload: Workload, *, show_profile: bool)
     buffer = io.StringIO()
     # Real <text> elements (smaller, searchable); fixed ids and no date, so reports are reproducible;
     # no metadata, so the SVG carries no external URIs beyond its namespaces.
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"rosetta-{workload.name}"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"rosetta-{chart_id}"}):
         figure.savefig(buffer, format="svg",
                        metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     svg = buffer.getvalue()
     return svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE, invalid inside HTML
+
+
+_ID = re.compile(r'\bid="([^"]+)"')
+
+
+def _prefixed_ids(svg: str, prefix: str) -> str:
+    """Every ``id`` in the SVG and every reference to one (``url(#id)``, ``href="#id"``) prefixed."""
+    ids = set(_ID.findall(svg))
+    if not ids:
+        return svg
+    svg = _ID.sub(lambda match: f'id="{prefix}-{match.group(1)}"', svg)
+    pattern = re.compile(r'(url\(#|href="#)(' + "|".join(map(re.escape, sorted(ids, key=len, reverse=True)))
+                         + r')(?=[)"])')
+    return pattern.sub(lambda match: f"{match.group(1)}{prefix}-{match.group(2)}", svg)

@@ -45,18 +45,68 @@ def run_metadata(frame: pd.DataFrame) -> list[tuple[str, str]]:
     ]
 
 
-def recorded_not_applicable(results_dir: Path) -> list[dict]:
-    """The not-applicable pairs every run-matrix invocation into this folder recorded (run.json)."""
+def recorded_invocations(results_dir: Path) -> list[dict]:
+    """Every run-matrix invocation into this folder, as run.json records them ([] without one, or
+    for one that cannot be read: a report never fails on it)."""
     try:
         data = safe_files.read_bytes_bounded(Path(results_dir) / "run.json", LONGEST_RUN_FILE)
         invocations = json.loads(data.decode("utf-8")).get("invocations", [])
     except (OSError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError is a ValueError
         return []
-    if not isinstance(invocations, list):
-        return []
-    pairs = [item for invocation in invocations if isinstance(invocation, dict)
-             for item in _list(invocation.get("not_applicable")) if _is_pair(item)]
-    return pairs
+    return [invocation for invocation in _list(invocations) if isinstance(invocation, dict)]
+
+
+def recorded_not_applicable(results_dir: Path) -> list[dict]:
+    """The not-applicable pairs every run-matrix invocation into this folder recorded (run.json)."""
+    return [item for invocation in recorded_invocations(results_dir)
+            for item in _list(invocation.get("not_applicable")) if _is_pair(item)]
+
+
+SHOWN_ORDER = 12  # cells of a recorded order named in the metadata; the rest are counted
+
+
+def recorded_order(invocations: list[dict]) -> list[tuple[str, str]]:
+    """The order each invocation ran its cells in, and the seed that shuffled it, where run.json
+    records them ("order", "seed"); nothing for an invocation that does not."""
+    shown = []
+    numbered = len([item for item in invocations if "order" in item or "seed" in item]) > 1
+    for number, invocation in enumerate(invocations, start=1):
+        order, seed = invocation.get("order"), invocation.get("seed")
+        if order is None and seed is None:
+            continue
+        parts = [] if seed is None else [f"shuffled with seed {_plain(seed)}"]
+        if isinstance(order, list):
+            names = [_cell_name(item) for item in order]
+            listed = ", ".join(names[:SHOWN_ORDER])
+            more = (f", … ({len(names) - SHOWN_ORDER} more; the full order is in run.json)"
+                    if len(names) > SHOWN_ORDER else "")
+            parts.append(f"{len(names)} cells: {listed}{more}" if names else "no cells")
+        elif order is not None:
+            parts.append(_plain(order))
+        label = f"Cell order (invocation {number})" if numbered else "Cell order"
+        shown.append((label, "; ".join(parts) or "-"))
+    return shown
+
+
+def _cell_name(item) -> str:
+    """A cell of a recorded order: its key as written, or the key built from a cell record."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, dict):
+        if isinstance(item.get("key"), str):
+            return item["key"]
+        parts = [str(item[name]) for name in ("framework", "variant", "workload", "precision", "profile", "data")
+                 if name in item]
+        if "repeat" in item:
+            parts.append(f"r{item['repeat']}")
+        if parts:
+            return "__".join(parts)
+    return _plain(item)
+
+
+def _plain(value, longest: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= longest else text[:longest - 1] + "…"
 
 
 def _list(value) -> list:

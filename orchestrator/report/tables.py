@@ -2,7 +2,9 @@
 and the HTML tables cannot drift apart.
 
 A result table's columns come from the workload's declaration: the headline metric's median,
-min-max, spread and relative, then one column per other declared metric.
+min-max, spread and relative, then one column per other declared metric, then what the validity
+checks found ("Checks") and the status. The ranking tables (the report's first screen) show a
+group's ranked rows only, fastest first.
 """
 from __future__ import annotations
 
@@ -12,24 +14,73 @@ from typing import Callable
 import pandas as pd
 
 from orchestrator.report.formatting import (column_heading, format_count, format_percent, format_published,
-                                            format_relative, formatter, missing, unit_heading)
-from orchestrator.report.summary import distinct, other_metrics, workload_order
+                                            format_relative, formatter, missing)
+from orchestrator.report.summary import distinct, other_metrics, ranked, workload_order
 from workloads.common import declaration
 from workloads.common.declaration import Workload
 
 
-def result_table(summary: pd.DataFrame, workload: Workload, *, show_profile: bool) -> dict:
-    """Headers, cells and which columns are numbers, for one workload's summary."""
+RANKING_HEADERS = ("#", "Framework", "Variant")
+
+
+def ranking_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
+    """The first screen: per group, its ranked rows, fastest first (rank, name, the headline
+    figure's median, min-max and spread, relative, the checks). Groups without a ranked row are
+    left out (their rows are in the workload's own section)."""
+    headline = workload.headline_metric
+    write = formatter(headline)
+    columns: list[tuple[str, Callable, bool]] = [
+        ("#", lambda row: str(row["rank"]), True),
+        ("Framework", lambda row: row["row_name"], False),
+        ("Variant", lambda row: row["variant"], False),
+        (f"Median {headline.heading}", lambda row: write(row["median"]), True),
+        ("Min–max", lambda row: _format_range(row, write), True),
+        ("Spread", lambda row: format_percent(row["relative_spread"]), True),
+        ("Repeats", _format_repeats, True),
+        ("Relative", lambda row: format_relative(row["relative_to_best"]), True),
+        ("Checks", _format_checks, False),
+    ]
+    tables = []
+    for label, rows in _groups(summary[ranked(summary)]):
+        tables.append({"label": label, "table": _table(rows, columns)})
+    return tables
+
+
+def group_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
+    """Per group (profile, data, device, precision), its ok rows with every declared figure."""
+    columns = _result_columns(workload)
+    return [{"label": label, "rows": rows, "table": _table(rows, columns)}
+            for label, rows in _groups(summary[summary["status"] == "ok"])]
+
+
+def not_ranked_table(summary: pd.DataFrame, workload: Workload) -> dict:
+    """The rows that are never ranked (failed, diverged, unsupported, timed out, invalid), with
+    their group and reason (they have no figures to show); the not-applicable rows are appended
+    to it by the caller."""
+    columns: list[tuple[str, Callable, bool]] = [
+        ("Framework", lambda row: row["row_name"], False),
+        ("Variant", lambda row: row["variant"], False),
+        ("Precision", lambda row: row["precision"], False),
+        ("Group", lambda row: row["group_label"], False),
+        ("Repeats", _format_repeats, True),
+        ("Device", _format_device, False),
+        ("Version", lambda row: row["framework_version"] or "-", False),
+        ("Status", _format_status, False),
+    ]
+    return _table(summary[summary["status"] != "ok"], columns)
+
+
+def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[str, Callable, bool]]:
     headline = workload.headline_metric
     format_headline = formatter(headline)
     # (header, formatter, right-aligned number?)
     columns: list[tuple[str, Callable, bool]] = [
-        ("Framework", lambda row: row["framework"], False),
+        ("Framework", lambda row: row["row_name"], False),
         ("Variant", lambda row: row["variant"], False),
         ("Precision", lambda row: row["precision"], False),
     ]
-    if show_profile:
-        columns += [("Profile", lambda row: row["profile"], False), ("Data", lambda row: row["data"], False)]
+    if group:
+        columns.append(("Group", lambda row: row["group_label"], False))
     columns += [
         ("Repeats", _format_repeats, True),
         (f"Median {headline.heading}", lambda row: format_headline(row["median"]), True),
@@ -45,22 +96,41 @@ def result_table(summary: pd.DataFrame, workload: Workload, *, show_profile: boo
         ("Parameters", lambda row: _format_parameters(row, expected), True),
         ("Device", _format_device, False),
         ("Version", lambda row: row["framework_version"] or "-", False),
+        ("Checks", _format_checks, False),
         ("Status", _format_status, False),
     ]
-    rows = [{"ok": row["status"] == "ok", "cells": [str(render_cell(row)) for _, render_cell, _ in columns]}
-            for _, row in summary.iterrows()]
-    return {"headers": [header for header, _, _ in columns], "rows": rows,
+    return columns
+
+
+def _table(rows: pd.DataFrame, columns: list[tuple[str, Callable, bool]]) -> dict:
+    """Headers, already formatted cells and which columns are numbers."""
+    table_rows = [table_row([str(render_cell(row)) for _, render_cell, _ in columns],
+                            ok=row["status"] == "ok", flagged=bool(row["flags"]))
+                  for _, row in rows.iterrows()]
+    return {"headers": [header for header, _, _ in columns], "rows": table_rows,
             "numeric": [number for _, _, number in columns]}
 
 
+def _groups(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of each group, in the summary's order (groups as they first appear)."""
+    return [(group["group_label"].iloc[0], group) for _, group in rows.groupby("group", sort=False)]
+
+
+def details_list(summary: pd.DataFrame) -> list[dict]:
+    """Per row, the fast paths and provenance it recorded (frame.details), as (label, value) pairs."""
+    return [{"row": f"{row['row_name']} · {row['variant']}", "group": row["group_label"],
+             "items": list((row["details"] or {}).items())}
+            for _, row in summary.iterrows() if row["details"]]
+
+
 def reference_table(reference: pd.DataFrame, workload: Workload) -> dict | None:
-    """The study's numbers for one workload (its headline figure): a row per framework (and API),
-    a column per GPU."""
+    """The study's numbers for one workload (the figure it published: a total train time, seconds
+    per 1000 images), a row per framework (and API), a column per GPU; lowest first."""
     rows = reference[reference["workload"] == workload.name]
     if rows.empty:
         return None
     gpus = list(dict.fromkeys(rows["gpu"]))
-    unit = unit_heading(workload.headline_metric)
+    unit = _published_heading(workload, distinct(rows, "metric"), distinct(rows, "unit"))
     show_rnn = rows["uses_cudnn_rnn"].notna().any()
     table_rows = []
     for (framework, api), group in rows.groupby(["framework", "api"], sort=False):
@@ -70,18 +140,34 @@ def reference_table(reference: pd.DataFrame, workload: Workload) -> dict | None:
         if show_rnn:
             cells.append(distinct(group, "uses_cudnn_rnn") or "-")
         # fastest on the newest GPU first, as in the result tables
-        table_rows.append((by_gpu.get(gpus[-1], math.inf), {"ok": True, "cells": cells}))
+        table_rows.append((by_gpu.get(gpus[-1], math.inf), table_row(cells)))
     table_rows.sort(key=lambda pair: (math.isnan(pair[0]), pair[0]))
     headers = ["Framework"] + [f"{gpu} ({unit})" for gpu in gpus] + (["cuDNN GRU"] if show_rnn else [])
     numeric = [False] + [True] * len(gpus) + ([False] if show_rnn else [])
     return {"headers": headers, "rows": [row for _, row in table_rows], "numeric": numeric}
 
 
+def _published_heading(workload: Workload, metric: str, unit: str) -> str:
+    """What the study's figure is, in the workload's own words where it declares the same metric
+    ("total train time, s"), else in the reference's ("train time, s")."""
+    for declared in workload.metrics:
+        if declared.name in (metric, f"{metric}_{unit}"):
+            return declared.label if declared.heading == declared.label and declared.unit else \
+                f"{declared.label}, {declared.unit}"
+    return ", ".join(part for part in (metric.replace("_", " "), unit) if part) or "-"
+
+
 def not_applicable_row(headers: list[str], framework: str, item: dict) -> dict:
     """A framework that does not implement the workload: its name, its variants and the reason."""
     cells = {"Framework": framework, "Variant": ", ".join(item.get("variants") or []) or "-",
              "Status": f"not applicable: {item.get('reason') or 'not implemented'}"}
-    return {"ok": False, "cells": [cells.get(header, "-") for header in headers]}
+    return table_row([cells.get(header, "-") for header in headers], ok=False)
+
+
+def table_row(cells: list[str], *, ok: bool = True, flagged: bool = False) -> dict:
+    """One table row: its cells, and its HTML class ("not-ok", "flagged": greyed out, checks marked)."""
+    classes = ([] if ok else ["not-ok"]) + (["flagged"] if flagged else [])
+    return {"ok": ok, "flagged": flagged, "css": " ".join(classes), "cells": cells}
 
 
 def matched_sections(frame: pd.DataFrame) -> list[dict]:
@@ -125,3 +211,8 @@ def _format_status(row) -> str:
     if row["status"] == "ok":
         return f"ok; {row['note']}" if row["note"] else "ok"
     return row["note"] or row["status"]
+
+
+def _format_checks(row) -> str:
+    """What the validity checks found on the row ("-": nothing)."""
+    return "; ".join(row["flags"]) if row["flags"] else "-"
