@@ -34,11 +34,12 @@ import docker
 import requests
 
 from orchestrator import host
-from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, remove_work, tail,
-                                   write_cell_document)
+from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
+                                   remove_work, tail, write_cell_document)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
+from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
@@ -198,6 +199,7 @@ class DockerBackend:
         # USER and LOGNAME: getpass.getuser() (PyTorch's compile caches use it) reads them first, and
         # the invoking user's uid has no entry in the image's /etc/passwd
         environment = {"PYTHONUNBUFFERED": "1", "USER": CONTAINER_USER_NAME, "LOGNAME": CONTAINER_USER_NAME}
+        environment.update(inherited_speed_variables())  # as the local backend passes them (OMP_NUM_THREADS, ...)
         if job.git_revision:
             environment["ROSETTA_GIT_REVISION"] = job.git_revision
         options = dict(
@@ -295,8 +297,14 @@ class DockerBackend:
         return result
 
     def _record_image(self, result: Result, image, reference: str | None = None) -> None:
+        """The image the cell ran in: its ID, its registry digest, and what its labels say it was
+        built from (the project's revision, the digest of its workload sources): a result read later
+        says which code produced it, whichever image tag it came from."""
         result.provenance.backend = self.name
         result.provenance.image_id = image.id
+        labels = image_labels(image)
+        result.provenance.image_revision = labels.get(REVISION_LABEL) or None
+        result.provenance.image_sources_sha256 = labels.get(SOURCES_LABEL) or None
         digests = image.attrs.get("RepoDigests") or []
         # prefer the digest from the registry the image was asked for (it may sit in several)
         repository = reference.rsplit(":", 1)[0] if reference and "@" not in reference else None
@@ -355,6 +363,14 @@ def remove_leftover_containers(client: docker.DockerClient, *, session: str | No
         except docker.errors.NotFound:
             pass  # it went while we looked
     return removed
+
+
+def image_labels(image) -> dict[str, str]:
+    """An image's labels, as the SDK reports them (`Image.labels`, else its Config's): {} for none."""
+    labels = getattr(image, "labels", None)
+    if labels is None:
+        labels = ((getattr(image, "attrs", None) or {}).get("Config") or {}).get("Labels")
+    return {str(key): str(value) for key, value in (labels or {}).items()}
 
 
 def _parse_gpus(gpus: str | None) -> list[str] | None:
