@@ -162,6 +162,19 @@ def test_the_docker_backend_hands_over_init_options_and_the_same_speed_variables
     assert result.provenance.image_revision == "0123abc-dirty"
     assert result.provenance.image_sources_sha256 == "f" * 64
     assert result.provenance.image_id == "sha256:" + "ab" * 32
+    assert result.provenance.extras["image_sources_current"] == \
+        "no: the image was built from other workload sources than this checkout's"
+
+
+def test_an_image_of_this_checkouts_sources_says_so(tmp_path):
+    from orchestrator import images
+
+    framework = REGISTRY["tensorflow"]
+    current = images.sources_hash(framework, framework.variant("cpu"))
+    backend, _ = fake_docker_backend({REVISION_LABEL: "0123abc", SOURCES_LABEL: current})
+    result = backend.run_cell(make_job(tmp_path))
+    assert result.provenance.image_sources_sha256 == current
+    assert result.provenance.extras["image_sources_current"] == "yes"
 
 
 def test_an_image_without_labels_records_none(tmp_path):
@@ -169,6 +182,7 @@ def test_an_image_without_labels_records_none(tmp_path):
     result = backend.run_cell(make_job(tmp_path, Cell("pytorch", "cnn", profile="smoke", data="synthetic")))
     assert result.status == "ok", (result.reason, result.stderr_tail)
     assert (result.provenance.image_revision, result.provenance.image_sources_sha256) == (None, None)
+    assert result.provenance.extras["image_sources_current"] == "unknown: the image has no sources label"
 
 
 def test_built_images_carry_the_revision_and_sources_labels():

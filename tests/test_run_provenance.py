@@ -166,3 +166,14 @@ def test_gpu_facts_fall_back_to_nvidia_smi_then_to_nothing(monkeypatch):
 @pytest.mark.skipif(host.gpus() != [], reason="this host has a GPU")
 def test_without_a_gpu_the_facts_are_empty():
     assert host.gpu_facts() == []
+
+
+def test_doctor_shows_the_gpu_facts(monkeypatch, capsys):
+    from orchestrator.__main__ import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    monkeypatch.setattr(host, "docker_engine", lambda: host.DockerStatus(False, "no Docker engine answered"))
+    assert main(["doctor"]) == 0
+    assert ("GPU 0: NVIDIA H200, 143771 MiB, compute capability 9.0, 700.0 W limit, persistence Enabled, "
+            "MIG Disabled, driver 570.124.06 (nvml)") in capsys.readouterr().out

@@ -92,6 +92,7 @@ class DockerBackend:
         self.session = uuid.uuid4().hex[:12]
         self._gpu_problem = _UNKNOWN
         self._engine_info: dict | None = None
+        self._sources_hashes: dict[tuple[str, str], str] = {}  # (framework, variant) -> images.sources_hash
 
     # --- what this host can run -----------------------------------------------------------------
 
@@ -172,6 +173,7 @@ class DockerBackend:
                 self._remove(container)
             remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
+        self._record_sources_match(result)
         self._record_limits(result)
         return result
 
@@ -310,6 +312,25 @@ class DockerBackend:
         repository = reference.rsplit(":", 1)[0] if reference and "@" not in reference else None
         matching = [d for d in digests if repository and d.split("@")[0] == repository]
         result.provenance.image_digest = (matching or digests or [None])[0]
+
+    def _record_sources_match(self, result: Result) -> None:
+        """Whether the image holds this checkout's workload sources (its sources label against
+        images.sources_hash): "no" marks a result measured with other code than the checkout's
+        (a pulled image, run with a warning), so a reader need not compare digests by hand."""
+        cell = result.cell
+        framework = self.frameworks.get(cell.framework)
+        if framework is None or cell.variant not in framework.variants:
+            return
+        key = (cell.framework, cell.variant)
+        if key not in self._sources_hashes:
+            from orchestrator import images
+
+            self._sources_hashes[key] = images.sources_hash(framework, framework.variant(cell.variant))
+        recorded = result.provenance.image_sources_sha256
+        result.provenance.extras["image_sources_current"] = (
+            "yes" if recorded == self._sources_hashes[key] else
+            "no: the image was built from other workload sources than this checkout's" if recorded else
+            "unknown: the image has no sources label")
 
     def remove_leftovers(self) -> int:
         """Remove this backend's containers that an interrupted run may have left behind."""
