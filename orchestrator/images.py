@@ -23,6 +23,7 @@ from workloads.common.naming import module_name
 
 LABEL = "io.rosetta-bench"
 SOURCES_LABEL = f"{LABEL}.sources-sha256"  # value: sources_hash() of what the image was built from
+REVISION_LABEL = "org.opencontainers.image.revision"  # value: the project's git revision at build time
 LOCAL_BASE_SCRIPT = "images/base/make-local-base.sh"
 Log = Callable[[str], None]
 
@@ -161,7 +162,7 @@ def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
     return {
         "org.opencontainers.image.title": f"Rosetta Bench {framework.display_name} ({variant.name})",
         "org.opencontainers.image.version": __version__,
-        "org.opencontainers.image.revision": host.git_revision() or "unknown",
+        REVISION_LABEL: host.git_revision() or "unknown",
         f"{LABEL}.framework": framework.name,
         f"{LABEL}.framework-version": pinned_version(framework, variant),
         f"{LABEL}.variant": variant.name,

@@ -2,27 +2,40 @@
 
 Every unknown key or name, every value of the wrong TOML type and every name given twice is
 refused with one line that names the file, the key and what is expected.
+
+Cells are expanded repeat-major (every cell once before any second repeat), and `run_order`
+shuffles them within each repeat in an order drawn from a seed that the run records, so that
+neither slow drift of the machine (heat, neighbours) nor a fixed position in the run favours one
+framework.
 """
 from __future__ import annotations
 
+import itertools
+import random
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import UserError
 from orchestrator.frameworks import PROJECT_ROOT, Framework
+from workloads.common import options as framework_options
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES, WORKLOADS
-from workloads.common.result import Cell
+from workloads.common.result import CANONICAL_INIT, INITS, Cell
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
 _TOP_KEYS = ("defaults", "frameworks")
-_DEFAULT_KEYS = ("profile", "data", "repeat", "workloads", "precisions")
-_FRAMEWORK_KEYS = ("variants", "workloads", "precisions")
+_DEFAULT_KEYS = ("profile", "data", "repeat", "init", "workloads", "precisions")
+_FRAMEWORK_KEYS = ("variants", "workloads", "precisions", "options")
 
 # A huge repeat would build millions of cells in memory before the first one runs; a hundred
 # repeats of one cell is already more than any comparison here needs.
 MAX_REPEAT = 100
+# Repeats when neither the matrix file nor --repeat says: the full profile is what gets published,
+# and one run of a cell says nothing about its spread; a smoke run only checks that cells run.
+DEFAULT_REPEATS = {"full": 3, "smoke": 1}
+# The most cells one framework's option lists may expand to (xla = ["off", "on"] is 2).
+MAX_OPTION_COMBINATIONS = 64
 
 # What a TOML value is called in messages, by its Python type (tomllib's mapping).
 _TOML_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list",
@@ -46,23 +59,43 @@ class FrameworkEntry:
     variants: list[str]
     workloads: list[str] | None = None  # None: the matrix defaults
     precisions: list[str] | None = None
+    # option name -> the values to run (a list expands into one cell per value); checked against
+    # workloads/common/options.py. Empty: the framework's defaults.
+    options: dict[str, list[str]] = field(default_factory=dict)
+
+    def option_sets(self) -> list[dict[str, str]]:
+        """Every combination of the listed option values, each checked and with defaults dropped
+        (workloads/common/options.check), once each: the cells' `options`."""
+        names = sorted(self.options)
+        combinations = []
+        for values in itertools.product(*(self.options[name] for name in names)):
+            chosen = framework_options.check(self.name, dict(zip(names, values)))
+            if chosen not in combinations:
+                combinations.append(chosen)
+        return combinations or [{}]
 
 
 @dataclass
 class Matrix:
     profile: str = "full"
     data: str = "real"
-    repeat: int = 1
+    repeat: int | None = None  # None: DEFAULT_REPEATS for the profile (see `repeats`)
+    init: str = CANONICAL_INIT  # how every cell's model starts: canonical weights, or the framework's own
     workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     frameworks: list[FrameworkEntry] = field(default_factory=list)
     source: str = "matrix.toml"
 
+    @property
+    def repeats(self) -> int:
+        """How many times each cell runs: as set, else 3 for the full profile and 1 for smoke."""
+        return self.repeat if self.repeat is not None else DEFAULT_REPEATS.get(self.profile, 1)
+
     def cells(self, frameworks: dict[str, Framework]) -> list[Cell]:
-        """Repeat-major, then workload, then framework: repeats are interleaved across frameworks
-        so that slow drift of the machine (heat, neighbours) hits every framework alike."""
+        """Repeat-major, then workload, precision, framework, variant and option set: every cell
+        runs once before any runs a second time (`run_order` shuffles within each repeat)."""
         cells = []
-        for repeat in range(self.repeat):
+        for repeat in range(self.repeats):
             for workload in self.workloads:
                 for precision in self.precisions:
                     for entry in self.frameworks:
@@ -73,9 +106,10 @@ class Matrix:
                         if entry.precisions is not None and precision not in entry.precisions:
                             continue
                         for variant in entry.variants:
-                            cells.append(Cell(framework=entry.name, workload=workload, variant=variant,
-                                              precision=precision, profile=self.profile, data=self.data,
-                                              repeat=repeat))
+                            for chosen in entry.option_sets():
+                                cells.append(Cell(framework=entry.name, workload=workload, variant=variant,
+                                                  precision=precision, profile=self.profile, data=self.data,
+                                                  repeat=repeat, init=self.init, options=dict(chosen)))
         return cells
 
     def not_applicable(self, frameworks: dict[str, Framework]) -> list[dict]:
@@ -129,6 +163,40 @@ def _check_choice(value, valid, what: str, where: str) -> str:
     return value
 
 
+def _check_options(table, framework: str, where: str) -> dict[str, list[str]]:
+    """A framework's `options = { xla = "on" }` (a value may be a list: one cell per value), each
+    name and value checked against workloads/common/options.py."""
+    declared = framework_options.declared(framework)
+    example = next(iter(declared.values()), None)
+    hint = (f'e.g. options = {{ {example.name} = "{example.values[-1]}" }} or '
+            f'{{ {example.name} = {list(example.values)!r} }}'.replace("'", '"') if example
+            else f"{framework} declares no option (workloads/common/options.py)")
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: options must be a table, {hint}; not {_toml_type(table)} ({table!r:.60})")
+    chosen = {}
+    for name, value in table.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not values or not all(isinstance(item, str) for item in values):
+            raise UserError(f"{where}: options.{name} must be a value or a non-empty list of values (strings), "
+                            f"not {_toml_type(value)} ({value!r:.60}); {hint}")
+        repeated = [item for position, item in enumerate(values) if item in values[:position]]
+        if repeated:
+            raise UserError(f"{where}: options.{name} gives {repeated[0]!r} twice; name each value once")
+        for item in values:
+            try:
+                framework_options.check(framework, {name: item})
+            except framework_options.OptionError as error:
+                raise UserError(f"{where}: {error}") from None
+        chosen[name] = list(values)
+    combinations = 1
+    for values in chosen.values():
+        combinations *= len(values)
+    if combinations > MAX_OPTION_COMBINATIONS:
+        raise UserError(f"{where}: options expand to {combinations} cells per (workload, precision, variant); "
+                        f"at most {MAX_OPTION_COMBINATIONS}: list fewer values")
+    return chosen
+
+
 def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.toml") -> Matrix:
     try:
         document = tomllib.loads(text)
@@ -141,8 +209,10 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     where = f"{source} [defaults]"
     matrix.profile = _check_choice(defaults.get("profile", matrix.profile), PROFILES, "profile", where)
     matrix.data = _check_choice(defaults.get("data", matrix.data), DATA_SOURCES, "data source", where)
-    matrix.repeat = check_repeat(_expect(defaults.get("repeat", matrix.repeat), int,
-                                         f"a whole number from 1 to {MAX_REPEAT}", where, "repeat"), f"{where}: repeat")
+    if "repeat" in defaults:  # unset: DEFAULT_REPEATS for the profile
+        matrix.repeat = check_repeat(_expect(defaults["repeat"], int, f"a whole number from 1 to {MAX_REPEAT}",
+                                             where, "repeat"), f"{where}: repeat")
+    matrix.init = _check_choice(defaults.get("init", matrix.init), INITS, "init", where)
     matrix.workloads = check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
     matrix.precisions = check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
     tables = _expect(document.get("frameworks", {}), dict, "tables ([frameworks.<name>])", source, "frameworks")
@@ -161,6 +231,8 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
             entry.workloads = check_names(table["workloads"], WORKLOADS, "workloads", where)
         if "precisions" in table:
             entry.precisions = check_names(table["precisions"], PRECISIONS, "precisions", where)
+        if "options" in table:
+            entry.options = _check_options(table["options"], name, where)
         matrix.frameworks.append(entry)
     return matrix
 
@@ -186,10 +258,52 @@ def check_repeat(repeat: int, what: str = "--repeat") -> int:
     return repeat
 
 
+def parse_option_arguments(given: list[str] | None) -> dict[str, list[str]]:
+    """`--option NAME=VALUE` (repeatable; VALUE may be comma-separated, one cell per value) as
+    name -> values. The shape only: which frameworks take them is `narrow`'s check."""
+    chosen: dict[str, list[str]] = {}
+    for text in given or ():
+        name, equals, value = (part.strip() for part in text.partition("="))
+        values = [item.strip() for item in value.split(",") if item.strip()]
+        if not equals or not name or not values:
+            raise UserError(f"--option {text!r}: give NAME=VALUE, e.g. --option xla=on (or xla=off,on for one cell "
+                            f"per value); options: {', '.join(framework_options.every_name())}")
+        if name in chosen:
+            raise UserError(f"--option {name} is given twice; give it once (xla=off,on runs both values)")
+        repeated = [item for position, item in enumerate(values) if item in values[:position]]
+        if repeated:
+            raise UserError(f"--option {name}: value {repeated[0]!r} is given twice; name each value once")
+        chosen[name] = values
+    return chosen
+
+
+def _apply_options(matrix: Matrix, given: dict[str, list[str]]) -> None:
+    """Each --option goes to every selected framework that declares it (replacing the matrix file's
+    values for it); an option no selected framework declares, or a value one of them does not
+    take, is refused in one line."""
+    selected = [entry.name for entry in matrix.frameworks]
+    for name, values in given.items():
+        takers = [entry for entry in matrix.frameworks if name in framework_options.declared(entry.name)]
+        if not takers:
+            owners = [framework for framework, declared in framework_options.OPTIONS.items()
+                      if any(option.name == name for option in declared)]
+            known = ", ".join(framework_options.every_name())
+            raise UserError(f"--option {name}: no selected framework ({', '.join(selected)}) declares it; "
+                            + (f"{name} is an option of {', '.join(owners)}: select one with --frameworks"
+                               if owners else f"options: {known}"))
+        for entry in takers:
+            for value in values:
+                try:
+                    framework_options.check(entry.name, {name: value})
+                except framework_options.OptionError as error:
+                    raise UserError(f"--option {name}={value} refused: {error}") from None
+            entry.options = {**entry.options, name: list(values)}
+
+
 def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str] | None = None,
            variants: list[str] | None = None, workloads: list[str] | None = None,
            precisions: list[str] | None = None, profile: str | None = None, data: str | None = None,
-           repeat: int | None = None) -> Matrix:
+           repeat: int | None = None, init: str | None = None, options: list[str] | None = None) -> Matrix:
     """Apply command-line choices. A framework named on the command line but absent from the
     matrix file runs its default variant."""
     where = "command line"
@@ -213,4 +327,26 @@ def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str]
         matrix.data = _check_choice(data, DATA_SOURCES, "data source", where)
     if repeat is not None:
         matrix.repeat = check_repeat(repeat)
+    if init:
+        matrix.init = _check_choice(init, INITS, "init", where)
+    if options:
+        _apply_options(matrix, parse_option_arguments(options))
     return matrix
+
+
+def run_order(cells: list[Cell], seed: int) -> list[Cell]:
+    """`cells` (repeat-major) shuffled within each repeat in the order `seed` draws: repeats stay
+    interleaved (every cell once before any second time), and within a repeat no framework always
+    runs first or last. The same seed and cells give the same order (so `--resume` can keep it)."""
+    generator = random.Random(seed)
+    ordered = []
+    for _, group in itertools.groupby(cells, key=lambda cell: cell.repeat):
+        group = list(group)
+        generator.shuffle(group)
+        ordered += group
+    return ordered
+
+
+def new_seed() -> int:
+    """A fresh seed for `run_order`, from the system's randomness."""
+    return random.SystemRandom().randrange(2 ** 32)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.common import canonical
+from workloads.common import canonical, options as framework_options
 from workloads.common.result import Result
 
 REFERENCE = "pytorch"
@@ -38,10 +38,17 @@ def write_canonical(data_dir: Path, workloads: list[str]) -> None:
         canonical.write(Path(data_dir) / "parity" / workload, workload)
 
 
+def row_name(result: Result) -> str:
+    """The framework, with its non-default options when it ran with any: "pytorch (channels_last=on)"."""
+    label = framework_options.label(result.cell.options)
+    return f"{result.cell.framework} ({label})" if label else result.cell.framework
+
+
 def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE,
             reference: str = REFERENCE) -> list[Comparison]:
-    """One Comparison per (workload, framework), the reference framework first."""
-    by_cell = {(r.cell.workload, r.cell.framework): r for r in results}
+    """One Comparison per (workload, framework and options), the reference framework (its
+    defaults) first; every row is compared with the reference at its defaults."""
+    by_cell = {(r.cell.workload, row_name(r)): r for r in results}
     comparisons = []
     for workload in dict.fromkeys(r.cell.workload for r in results):
         expected = canonical.parameter_count(canonical.parameters(workload))

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import UserError
-from workloads.common import declaration, safe_files
-from workloads.common.result import SCHEMA_VERSION, STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
+from workloads.common import declaration, options as framework_options, safe_files
+from workloads.common.result import READABLE_SCHEMA_VERSIONS, STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
 
 CELLS_FOLDER = "cells"
 
@@ -30,7 +30,9 @@ METRIC_COLUMNS = tuple(item.name for item in dataclasses.fields(Metrics))
 PROVENANCE_COLUMNS = ("device", "gpu_name", "framework_version", "cuda_version", "cudnn_version",
                       "gpu_driver", "backend", "image_digest", "git_revision", "hostname",
                       "cpu_model", "data_source")
-FRAME_COLUMNS = (CELL_COLUMNS + ("status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
+# init: canonical or framework; options: the non-default framework options as one label ("xla=on"),
+# "" for none; both are part of what a row is (a cell with xla=on is another row than one without).
+FRAME_COLUMNS = (CELL_COLUMNS + ("init", "options", "status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
                  + ("started_at", "wall_time_s", "key", "matched"))
 
 # Result files may come from another machine: bounds on what reading one may cost. A parity run's
@@ -43,10 +45,13 @@ LARGEST_INTEGER = 2 ** 63 - 1  # what pandas' Int64 holds
 # A frame status of the host's own, beside the recorded ones (STATUSES): an "ok" result whose
 # figures cannot be measurements (a time that is infinite, negative or NaN). Never ranked.
 INVALID = "invalid"
-# Measured figures that must be finite and >= 0 in an ok result. A loss is left out: a training
-# that diverged records a NaN loss, and that is a finding, not a broken measurement.
+# Measured figures that must be finite and >= 0 in an ok result. Losses are left out (final_loss,
+# samples.first_loss, samples.epoch_losses, whose entries are null where a loss was not a finite
+# number): a training that diverged is a finding the validity gate reports (status failed:
+# diverged), not a broken measurement. Training results (schema 2) carry one host time per step in
+# batch_times_s and a trace count per compiled function in traces; both are checked.
 _UNCHECKED_METRICS = ("final_loss",)
-_CHECKED_SAMPLES = ("first_step_s", "epoch_times_s", "epoch_steps", "batch_times_s")
+_CHECKED_SAMPLES = ("first_step_s", "epoch_times_s", "epoch_steps", "batch_times_s", "traces")
 
 
 @dataclasses.dataclass
@@ -122,7 +127,8 @@ def read_cell_file(path: Path) -> Result:
         raise SchemaError(f"{path}: not valid JSON ({str(error)[:120]})") from error
     if _nesting(data) > DEEPEST_NESTING:
         raise SchemaError(f"{path}: JSON nested more than {DEEPEST_NESTING} levels deep")
-    if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION:
+    # Version 1 lacks only fields that have defaults now: its fields are checked the same way.
+    if isinstance(data, dict) and data.get("schema_version") in READABLE_SCHEMA_VERSIONS:
         problem = _type_problem(Result, data, "")
         if problem:
             raise SchemaError(f"{path}: malformed result record: {problem}")
@@ -240,8 +246,12 @@ def invalid_measurement(result: Result) -> str | None:
                if name not in _UNCHECKED_METRICS]
     for name in _CHECKED_SAMPLES:
         value = getattr(result.samples, name)
-        figures += ([(f"samples.{name}[{index}]", item) for index, item in enumerate(value)]
-                    if isinstance(value, list) else [(f"samples.{name}", value)])
+        if isinstance(value, dict):
+            figures += [(f"samples.{name}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, list):
+            figures += [(f"samples.{name}[{index}]", item) for index, item in enumerate(value)]
+        else:
+            figures.append((f"samples.{name}", value))
     figures.append(("wall_time_s", result.wall_time_s))
     for name, value in figures:
         if value is not None and not (math.isfinite(value) and value >= 0):
@@ -274,6 +284,8 @@ def to_frame(results: list[Result]) -> pd.DataFrame:
     rows = []
     for result in results:
         row = {name: getattr(result.cell, name) for name in CELL_COLUMNS}
+        row["init"] = result.cell.init
+        row["options"] = framework_options.label(result.cell.options)
         row["status"] = result.status
         row["reason"] = result.reason
         invalid = invalid_measurement(result) if result.status == "ok" else None

@@ -4,6 +4,7 @@ What the run writes there and what it may remove (docs/RUN-GUARANTEES.md):
 
     run.json            what the run recorded about itself, one entry per invocation
     cells/<key>.json    one result per cell (and repeat)
+    packages/<hex>.txt  each distinct package list the cells ran with, named by its sha256
     logs/<key>.log      each cell's stdout and stderr
     .work/<key>/        each cell's scratch folder, removed after the cell (the only thing removed)
     report.md, .html    the report; parity.md, parity.json for `parity`
@@ -29,8 +30,9 @@ PARITY_PREFIX = "parity-"
 LOCK_FILE = ".run.lock"
 WORK_FOLDER = ".work"
 LOGS_FOLDER = "logs"
+PACKAGES_FOLDER = "packages"
 # What the run writes: folders, then files. A link at any of them, or the wrong kind, is refused.
-FOLDERS = ("cells", LOGS_FOLDER, WORK_FOLDER)
+FOLDERS = ("cells", LOGS_FOLDER, WORK_FOLDER, PACKAGES_FOLDER)
 FILES = ("run.json", "report.md", "report.html", "parity.md", "parity.json", "onnx-export.json", LOCK_FILE)
 MODE_BENCHMARK, MODE_PARITY = "benchmark", "parity"
 

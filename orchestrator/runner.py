@@ -6,6 +6,7 @@ finished result, so `--resume` continues where it left off.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -23,8 +24,8 @@ from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
-from workloads.common import data, declaration
-from workloads.common.result import Cell, Result, SchemaError, write_json_atomic
+from workloads.common import data, declaration, options as framework_options, safe_files
+from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError, write_json_atomic
 
 
 class Interrupted(UserError):
@@ -62,17 +63,16 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                 parity: bool) -> RunSummary:
     summary = RunSummary(results_dir)
     revision = host.git_revision()
-    try:
-        _write_run_metadata(results_dir, backend, cells, revision, metadata or {})
-    except OSError as error:
-        raise run_folder.write_failed(results_dir / "run.json", error, results_dir) from None
-
     pending = []
     for cell in cells:
         if resume and _finished(cell_path(results_dir, cell)):
             summary.skipped += 1
         else:
             pending.append(cell)
+    try:
+        _write_run_metadata(results_dir, backend, cells, revision, metadata or {}, order=pending)
+    except OSError as error:
+        raise run_folder.write_failed(results_dir / "run.json", error, results_dir) from None
     if summary.skipped:
         console.print(f"resuming {results_dir}: {summary.skipped} cell(s) already ok, {len(pending)} to run")
 
@@ -106,6 +106,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                 result.wall_time_s = time.perf_counter() - start
                 result.provenance.backend = result.provenance.backend or backend.name
                 result.provenance.git_revision = result.provenance.git_revision or revision
+                _write_packages(result, results_dir, finished=len(summary.results))
                 _write_result(result, cell_path(results_dir, cell), results_dir, finished=len(summary.results))
                 summary.results.append(result)
                 console.print(_describe(result))
@@ -127,6 +128,35 @@ def _cell_paths(results_dir: Path, key: str) -> tuple[Path, Path]:
 def _write_result(result: Result, path: Path, results_dir: Path, *, finished: int) -> None:
     try:
         result.write(path)
+    except OSError as error:
+        raise run_folder.write_failed(path, error, results_dir, finished=finished,
+                                      then=f"free space, then continue with: run-matrix --resume "
+                                           f"--results-dir {results_dir}") from None
+
+
+def packages_path(results_dir: Path, digest: str) -> Path:
+    """Where a package list with this digest ("sha256:<hex>" or "<hex>") is kept: packages/<hex>.txt."""
+    return Path(results_dir) / run_folder.PACKAGES_FOLDER / f"{digest.removeprefix('sha256:')}.txt"
+
+
+def _write_packages(result: Result, results_dir: Path, *, finished: int) -> None:
+    """Keep the cell's package list once per distinct list, as packages/<sha256 hex>.txt (one
+    "name==version" per line, the text its digest is of): two results with the same digest ran in
+    the same environment, and the list stays readable when the cell files are summarised. The list
+    stays in the cell's JSON too. The digest is recomputed here, never taken on trust as a file name."""
+    packages = result.provenance.packages
+    if not packages or not all(isinstance(line, str) and "\n" not in line for line in packages):
+        return
+    text = "\n".join(packages) + "\n"
+    digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if result.provenance.packages_sha256 != digest:
+        result.provenance.extras["packages_sha256_recorded"] = str(result.provenance.packages_sha256)
+        result.provenance.packages_sha256 = digest  # what the file holds
+    path = packages_path(results_dir, digest)
+    if path.is_file() and not path.is_symlink():
+        return  # written by an earlier cell (atomically: never half a list)
+    try:
+        safe_files.write_text_atomic(path, text, below=results_dir)
     except OSError as error:
         raise run_folder.write_failed(path, error, results_dir, finished=finished,
                                       then=f"free space, then continue with: run-matrix --resume "
@@ -168,7 +198,10 @@ def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, 
 
 def _describe(result: Result) -> str:
     cell = result.cell
-    name = f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision} r{cell.repeat}"
+    settings = [f"init={cell.init}"] if cell.init != CANONICAL_INIT else []
+    settings += [framework_options.label(cell.options)] if cell.options else []
+    name = (f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}"
+            + (f" [{', '.join(settings)}]" if settings else "") + f" r{cell.repeat}")
     if result.status != "ok":
         colour = "yellow" if result.status == "unsupported" else "red"
         return f"[{colour}]{result.status:>11}[/{colour}]  {escape(name)}: {escape(str(result.reason))}"
@@ -190,11 +223,14 @@ def _quantity(value: float, metric: declaration.Metric) -> str:
 
 
 def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], revision: str | None,
-                        metadata: dict) -> None:
+                        metadata: dict, *, order: list[Cell]) -> None:
+    """One more entry under run.json's `invocations`: the host (its GPUs' facts included), the
+    backend, what was asked (`metadata`), and `order`: the keys of the cells this invocation runs,
+    in the order it runs them (cells a --resume skips are left out)."""
     record = {"started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "mode": run_folder.MODE_BENCHMARK, "backend": backend.name, "git_revision": revision, "host": platform.node(),
-              "platform": platform.platform(), "cpu_count": os.cpu_count(), "gpus": host.gpus(),
-              "cells": len(cells), **metadata}
+              "platform": platform.platform(), "cpu_count": os.cpu_count(), "gpus": host.gpu_facts(),
+              "cells": len(cells), **metadata, "order": [cell.key for cell in order]}
     path = results_dir / "run.json"
     history = []
     if path.is_file():

@@ -138,6 +138,37 @@ def test_parity_refuses_a_timeout_out_of_range(in_tmp, capsys, timeout):
     assert "argument --timeout: must be a number of seconds more than 0 and at most 604800" in line
 
 
+# --- 5. framework options, init and the order seed ------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--option", "xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of "
+                             "tensorflow, keras-tf: select one with --frameworks"),
+    (["--option", "channels_last=diagonal"], "--option channels_last=diagonal refused: option "
+                                             "channels_last='diagonal' for pytorch: choose from off, on"),
+    (["--option", "channels_last"], "--option 'channels_last': give NAME=VALUE"),
+    (["--option", "nonsense=1"], "--option nonsense: no selected framework (pytorch) declares it; options: "),
+    (["--init", "random"], "argument --init: invalid choice: 'random'"),
+    (["--seed", "-1"], "argument --seed: must be a whole number from 0 to 4294967295, not '-1'"),
+    (["--seed", "x"], "argument --seed: must be a whole number"),
+])
+def test_run_matrix_refuses_bad_options_init_and_seed(in_tmp, capsys, argv, expected):
+    line = refused(["run-matrix", "--results-dir", str(in_tmp / "r"), *ONE_CELL, *argv], capsys)
+    assert expected in line
+    assert not (in_tmp / "r" / "cells").exists()  # refused before any cell ran
+
+
+def test_a_matrix_file_with_a_bad_option_is_one_line(in_tmp, capsys):
+    (in_tmp / "m.toml").write_text("[frameworks.pytorch]\nvariants = ['cpu']\noptions = { xla = ['off', 'on'] }\n")
+    line = refused(["run-matrix", "--matrix", "m.toml", "--results-dir", str(in_tmp / "r"), *ONE_CELL[4:]], capsys)
+    assert "m.toml [frameworks.pytorch]: pytorch has no option 'xla' (its options: channels_last)" in line
+
+
+def test_parity_refuses_an_option_no_selected_framework_declares(in_tmp, capsys):
+    line = refused(["parity", "--frameworks", "jax", "--workloads", "cnn", "--backend", "local", "--python",
+                    "/bin/false", "--results-dir", str(in_tmp / "p"), "--option", "xla=on"], capsys)
+    assert "--option xla: no selected framework (jax) declares it; xla is an option of tensorflow, keras-tf" in line
+
+
 def test_matrix_file_refuses_names_given_twice(in_tmp, capsys):
     (in_tmp / "m.toml").write_text("[frameworks.pytorch]\nvariants = ['cpu', 'cpu']\n")
     line = refused(["run-matrix", "--matrix", "m.toml", "--results-dir", str(in_tmp / "r"), *ONE_CELL[4:]], capsys)
@@ -147,8 +178,10 @@ def test_matrix_file_refuses_names_given_twice(in_tmp, capsys):
 # --- 3. and 5. report on results with foreign values ----------------------------------------------
 
 def good_result(framework="pytorch", seconds=10.0) -> Result:
+    """An ok CNN result: `seconds` of training, its steady rate (the headline) 50,000 samples / seconds."""
     return Result(Cell(framework, "cnn"), started_at="2026-12-02T10:00:00+00:00",
-                  metrics=Metrics(train_time_s=seconds, parameter_count=3_441_592))
+                  metrics=Metrics(train_time_s=seconds, steady_samples_per_s=50_000 / seconds,
+                                  parameter_count=3_441_592))
 
 
 def write_raw(results_dir: Path, name: str, data) -> None:
@@ -282,10 +315,12 @@ def test_infinite_negative_or_nan_times_are_invalid_never_ranked(tmp_path, capsy
                                                                        f'"train_time_s": {bad}')
     write_raw(tmp_path, "broken.json", record)
     markdown = render_report(tmp_path, capsys)
-    assert table_row(markdown, "pytorch")[7] == "1.00x"  # the best valid time ranks first
-    assert table_row(markdown, "tensorflow")[7] == "2.00x"
+    headings = table_row(markdown, "Framework")
+    relative, median = headings.index("Relative"), next(i for i, h in enumerate(headings) if h.startswith("Median"))
+    assert table_row(markdown, "pytorch")[relative] == "1.00x"  # the best valid figure ranks first
+    assert table_row(markdown, "tensorflow")[relative] == "2.00x"
     broken = table_row(markdown, "broken")
-    assert broken[4] == "-" and broken[7] == "-"  # no median, no relative
+    assert broken[median] == "-" and broken[relative] == "-"  # no median, no relative
     value = {"Infinity": "inf", "-Infinity": "-inf", "NaN": "nan", "-3.0": "-3.0"}[bad]
     assert broken[-1] == (f"invalid: metrics.train\\_time\\_s is {value}: not a finite, non-negative number, "
                           f"so not a measurement")

@@ -50,7 +50,7 @@ def test_shared_options_are_defined_once_and_read_back_as_options_objects(tmp_pa
                                                   pull=True, build=options.build)
         assert options.build.registry == "r:5000" and args.frameworks == ["a", "b"]
     verbs = subcommands(parser)
-    for flag in ("--backend", "--cache-dir", "--gpus", "--pull", "--timeout", "--registry", "--workloads"):
+    for flag in ("--backend", "--cache-dir", "--gpus", "--pull", "--timeout", "--registry", "--workloads", "--option"):
         assert option(verbs["run-matrix"], flag).help == option(verbs["parity"], flag).help, flag
 
 
@@ -154,3 +154,102 @@ def test_auto_tries_registered_backends_by_rank(monkeypatch):
 def test_an_unknown_backend_named_by_a_caller_is_a_user_error():
     with pytest.raises(UserError, match="unknown backend 'ray'; choose from auto, local, docker"):
         registry.choose("ray")
+
+
+class OrderRecordingBackend(RecordingBackend):
+    """Remembers the cells it ran, in order; fails (once) the cells named in `fail`."""
+
+    ran: list = []
+    fail: set = set()
+
+    def run_cell(self, job):
+        OrderRecordingBackend.ran.append(job.cell)
+        if job.cell.key in OrderRecordingBackend.fail:
+            OrderRecordingBackend.fail.discard(job.cell.key)
+            return Result(cell=job.cell, status="failed", reason="flaky")
+        return Result(cell=job.cell, status="ok")
+
+
+@pytest.fixture
+def order_recording(monkeypatch):
+    monkeypatch.setitem(registry.REGISTRY, "recording", registry.Registration(
+        lambda frameworks, options, log: OrderRecordingBackend(options), "recording", "cells pretend to run"))
+    OrderRecordingBackend.ran, OrderRecordingBackend.fail = [], set()
+    return OrderRecordingBackend
+
+
+def run_matrix_argv(tmp_path, folder: str, *extra: str) -> list[str]:
+    return ["run-matrix", "--backend", "recording", "--frameworks", "pytorch,tensorflow,jax", "--variants", "cpu",
+            "--workloads", "cnn,gru", "--profile", "smoke", "--data", "synthetic", "--results-dir",
+            str(tmp_path / folder), "--data-dir", str(tmp_path / "data"), "--no-report", *extra]
+
+
+def invocations(tmp_path, folder: str) -> list[dict]:
+    return json.loads((tmp_path / folder / "run.json").read_text())["invocations"]
+
+
+def test_run_matrix_records_its_seed_and_order_and_the_same_seed_repeats_it(tmp_path, capsys, order_recording):
+    argv = run_matrix_argv(tmp_path, "a", "--repeat", "2", "--seed", "11", "--option", "xla=off,on",
+                           "--init", "framework")
+    assert main(argv) == 0, capsys.readouterr().err
+    first = [cell.key for cell in order_recording.ran]
+    [record] = invocations(tmp_path, "a")
+    assert record["seed"] == 11 and record["order"] == first and record["repeat"] == 2
+    assert record["init"] == "framework" and record["options"] == {"tensorflow": {"xla": ["off", "on"]}}
+    assert len(first) == 2 * 2 * 4  # repeats x workloads x (pytorch, jax, tensorflow xla off and on)
+    assert [int(key[-1]) for key in first] == [0] * 8 + [1] * 8  # every cell once before any runs again
+    assert {cell.init for cell in order_recording.ran} == {"framework"}
+    assert {json.dumps(cell.options) for cell in order_recording.ran if cell.framework == "tensorflow"} == \
+        {"{}", '{"xla": "on"}'}
+    assert all(not cell.options for cell in order_recording.ran if cell.framework != "tensorflow")
+    order_recording.ran = []
+    assert main(run_matrix_argv(tmp_path, "b", "--repeat", "2", "--seed", "11", "--option", "xla=off,on",
+                                "--init", "framework")) == 0
+    assert [cell.key for cell in order_recording.ran] == first
+
+
+def test_resume_keeps_the_runs_own_order(tmp_path, capsys, order_recording):
+    assert main(run_matrix_argv(tmp_path, "r", "--seed", "5")) == 0
+    planned = invocations(tmp_path, "r")[0]["order"]
+    order_recording.fail = {planned[1], planned[3]}
+    order_recording.ran = []
+    assert main(run_matrix_argv(tmp_path, "r2", "--seed", "5")) == 1  # two cells failed
+    assert [cell.key for cell in order_recording.ran] == planned
+    order_recording.ran = []
+    assert main(run_matrix_argv(tmp_path, "r2", "--resume")) == 0  # no --seed: the run's own
+    assert [cell.key for cell in order_recording.ran] == [planned[1], planned[3]]
+    resumed = invocations(tmp_path, "r2")
+    assert resumed[-1]["seed"] == 5 and resumed[-1]["order"] == [planned[1], planned[3]]
+    assert "already ok" in capsys.readouterr().err
+
+
+def test_run_json_records_the_host_gpus_facts(tmp_path, order_recording, monkeypatch):
+    from orchestrator import host
+
+    facts = [{"index": 0, "name": "NVIDIA H200", "memory_total_mib": 143771, "source": "nvml"}]
+    monkeypatch.setattr(host, "gpu_facts", lambda: facts)
+    assert main(run_matrix_argv(tmp_path, "g", "--frameworks", "pytorch")) == 0
+    assert invocations(tmp_path, "g")[0]["gpus"] == facts
+
+
+def test_list_shows_each_frameworks_options():
+    from orchestrator.commands.list import describe_options
+
+    assert describe_options("tensorflow") == "xla: off|on (default off)"
+    assert describe_options("pytorch") == "channels_last: off|on (default off)"
+    assert describe_options("jax") == "-"
+
+
+def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_recording, monkeypatch):
+    from orchestrator import parity
+
+    monkeypatch.setattr(parity, "write_canonical", lambda data_dir, workloads: None)
+    code = main(["parity", "--backend", "recording", "--frameworks", "pytorch,paddle,jax", "--workloads", "cnn",
+                 "--option", "channels_last=on", "--results-dir", str(tmp_path / "p"),
+                 "--data-dir", str(tmp_path / "data")])
+    assert code == 1  # the pretend cells record no outputs: every comparison fails, which is fine here
+    ran = [(cell.framework, cell.options, cell.init) for cell in order_recording.ran]
+    assert ran == [("pytorch", {}, "canonical"), ("pytorch", {"channels_last": "on"}, "canonical"),
+                   ("paddle", {"channels_last": "on"}, "canonical"), ("jax", {}, "canonical")]
+    names = [row["framework"] for row in json.loads((tmp_path / "p" / "parity.json").read_text())]
+    assert names == ["pytorch", "jax", "paddle (channels_last=on)", "pytorch (channels_last=on)"]

@@ -103,6 +103,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
         "capabilities": status["CapEff"].strip(),
         "no_new_privileges": status["NoNewPrivs"].strip(),
         "unbuffered": os.environ.get("PYTHONUNBUFFERED", ""),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
+        "mkl_num_threads": os.environ.get("MKL_NUM_THREADS", "unset"),
         "pid1": read("/proc/1/cmdline"),
         "memory_max": read("/sys/fs/cgroup/memory.max"),
         "pids_max": read("/sys/fs/cgroup/pids.max"),
@@ -120,6 +122,7 @@ DOCKERFILE = textwrap.dedent(f"""
     USER 10001:10001
     WORKDIR /home/rosetta
     ENTRYPOINT ["python3", "/opt/fake/fake_workload.py"]
+    LABEL org.opencontainers.image.revision=test-revision io.rosetta-bench.sources-sha256=test-sources
 """)
 
 
@@ -178,7 +181,9 @@ def containers_of(client, backend: DockerBackend) -> list:
     return client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={backend.session}"})
 
 
-def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client, backend, test_image):
+def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client, backend, test_image, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the host's thread counts reach the container, as locally
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
     job = make_job(tmp_path, "cnn")
     job.data_dir.mkdir()
     (job.data_dir / "cifar-10.tar.gz").write_text("cached dataset")
@@ -197,6 +202,9 @@ def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client,
     assert seen["unbuffered"] == "1" and result.provenance.git_revision == "0123abc"
     assert result.provenance.backend == "docker"
     assert result.provenance.image_id == test_image.id and result.provenance.image_digest is None  # never pushed
+    assert (seen["omp_num_threads"], seen["mkl_num_threads"]) == ("3", "2")
+    assert result.provenance.image_revision == "test-revision"  # the image's own labels
+    assert result.provenance.image_sources_sha256 == "test-sources"
     assert "fake workload: fake__cpu__cnn__fp32__smoke__synthetic__r0 on cpu" in job.log_path.read_text()
     assert seen["pid1"].startswith("/sbin/docker-init")  # --init: PID 1 reaps what the cell leaves
     assert seen["results_mode"] == "0o700"  # /results: the container user's alone

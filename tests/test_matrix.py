@@ -79,3 +79,117 @@ def test_framework_registration_is_the_folder():
         pins = [line for line in variant.requirements.read_text().splitlines()
                 if line and not line.startswith(("#", "--"))]  # options such as --extra-index-url
         assert pins and all("==" in line for line in pins), "image and environment requirements must be pinned"
+
+
+# --- framework options and init -------------------------------------------------------------------
+
+OPTIONS = """
+[defaults]
+profile = "smoke"
+data = "synthetic"
+workloads = ["cnn"]
+init = "framework"
+
+[frameworks.tensorflow]
+variants = ["cpu"]
+options = { xla = ["off", "on"] }
+
+[frameworks.pytorch]
+variants = ["cpu"]
+options = { channels_last = "off" }
+"""
+
+
+def test_an_option_list_expands_into_one_cell_per_value_and_defaults_are_dropped():
+    cells = matrix.parse(OPTIONS, REGISTRY).cells(REGISTRY)
+    assert [(c.framework, c.options, c.init) for c in cells] == [
+        ("tensorflow", {}, "framework"), ("tensorflow", {"xla": "on"}, "framework"),
+        ("pytorch", {}, "framework")]  # channels_last=off is the default: the same cell as none given
+    assert [c.key for c in cells] == [
+        "tensorflow__cpu__cnn__fp32__smoke__synthetic__init-framework__r0",
+        "tensorflow__cpu__cnn__fp32__smoke__synthetic__init-framework__xla-on__r0",
+        "pytorch__cpu__cnn__fp32__smoke__synthetic__init-framework__r0"]
+
+
+def test_init_defaults_to_canonical():
+    cells = matrix.parse(GOOD, REGISTRY).cells(REGISTRY)
+    assert {c.init for c in cells} == {"canonical"} and all("init" not in c.key for c in cells)
+    assert matrix.load(None, REGISTRY).init == "canonical"
+
+
+def test_command_line_options_go_to_every_selected_framework_that_declares_them():
+    parsed = matrix.narrow(matrix.parse(OPTIONS, REGISTRY), REGISTRY, names=["tensorflow", "keras-tf", "pytorch"],
+                           options=["xla=on", "channels_last=off,on"], init="canonical")
+    cells = parsed.cells(REGISTRY)
+    assert [(c.framework, c.options) for c in cells] == [
+        ("tensorflow", {"xla": "on"}), ("keras-tf", {"xla": "on"}),  # the file's [off, on] replaced
+        ("pytorch", {}), ("pytorch", {"channels_last": "on"})]
+    assert {c.init for c in cells} == {"canonical"}
+
+
+@pytest.mark.parametrize("argument, expected", [
+    (["xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of tensorflow, "
+                 "keras-tf: select one with --frameworks"),
+    (["colour=red"], "--option colour: no selected framework (pytorch) declares it; options: "),
+    (["channels_last=sideways"], "--option channels_last=sideways refused: option channels_last='sideways' for "
+                                 "pytorch: choose from off, on"),
+    (["channels_last"], "--option 'channels_last': give NAME=VALUE, e.g. --option xla=on"),
+    (["channels_last="], "give NAME=VALUE"),
+    (["channels_last=on", "channels_last=off"], "--option channels_last is given twice"),
+    (["channels_last=on,on"], "--option channels_last: value 'on' is given twice"),
+])
+def test_bad_command_line_options_name_the_fix(argument, expected):
+    with pytest.raises(UserError) as error:
+        matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, options=argument)
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("table, expected", [
+    ("options = { xla = 'on' }", "[frameworks.pytorch]: pytorch has no option 'xla' (its options: channels_last)"),
+    ("options = { channels_last = 'maybe' }", "option channels_last='maybe' for pytorch: choose from off, on"),
+    ("options = 'xla=on'", "options must be a table, e.g. options = { channels_last = \"on\" }"),
+    ("options = { channels_last = [] }", "options.channels_last must be a value or a non-empty list"),
+    ("options = { channels_last = [1] }", "options.channels_last must be a value or a non-empty list"),
+    ("options = { channels_last = ['on', 'on'] }", "options.channels_last gives 'on' twice"),
+])
+def test_bad_matrix_options_name_file_framework_and_fix(table, expected):
+    with pytest.raises(UserError) as error:
+        matrix.parse(f"[frameworks.pytorch]\n{table}\n", REGISTRY, source="m.toml")
+    assert str(error.value).startswith("m.toml") and expected in str(error.value)
+
+
+def test_a_bad_init_is_refused():
+    with pytest.raises(UserError, match=r"m.toml \[defaults\]: unknown init 'random'; choose from canonical, framework"):
+        matrix.parse("[defaults]\ninit = 'random'\n[frameworks.pytorch]\n", REGISTRY, source="m.toml")
+    with pytest.raises(UserError, match="command line: unknown init 'random'"):
+        matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, init="random")
+
+
+# --- repeats and their order ----------------------------------------------------------------------
+
+def test_repeats_default_to_three_in_the_full_profile_and_one_in_smoke():
+    unset = "[frameworks.pytorch]\nvariants = ['cpu']\n"
+    assert matrix.parse(unset, REGISTRY).repeats == 3  # profile full by default
+    assert matrix.parse("[defaults]\nprofile = 'smoke'\n" + unset, REGISTRY).repeats == 1
+    assert matrix.narrow(matrix.parse(unset, REGISTRY), REGISTRY, profile="smoke").repeats == 1
+    assert matrix.parse("[defaults]\nrepeat = 2\n" + unset, REGISTRY).repeats == 2  # the file says
+    assert matrix.narrow(matrix.parse(unset, REGISTRY), REGISTRY, repeat=5).repeats == 5  # --repeat says
+    default = matrix.load(None, REGISTRY)
+    assert default.repeat is None and default.repeats == 3  # matrix.toml leaves it unset on purpose
+
+
+def test_cells_are_shuffled_within_each_repeat_in_a_seeded_order():
+    parsed = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=["pytorch", "jax", "tensorflow"], repeat=3)
+    cells = parsed.cells(REGISTRY)
+    assert len(cells) == 3 * 2 * 2 * 3
+    ordered = matrix.run_order(cells, seed=7)
+    assert ordered == matrix.run_order(cells, seed=7)  # the same seed, the same order
+    assert ordered != matrix.run_order(cells, seed=8)
+    per_repeat = len(cells) // 3
+    for repeat in range(3):  # every cell once before any runs again, in an order of its own each repeat
+        chunk = ordered[repeat * per_repeat:(repeat + 1) * per_repeat]
+        assert {c.repeat for c in chunk} == {repeat}
+        assert sorted(c.key for c in chunk) == sorted(c.key for c in cells if c.repeat == repeat)
+    firsts = [[c.framework for c in ordered[r * per_repeat:(r + 1) * per_repeat]] for r in range(3)]
+    assert firsts[0] != firsts[1] or firsts[1] != firsts[2]  # not the same order every repeat
+    assert [c.key for c in ordered[:per_repeat]] != [c.key for c in cells[:per_repeat]]  # not the matrix order

@@ -123,3 +123,84 @@ def test_reference_numbers_are_found_from_the_package():
 def test_unreadable_reference_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="missing.csv"):
         load_reference(tmp_path / "missing.csv")
+
+
+# --- training results of schema 2, and schema 1 results ------------------------------------------
+
+def training_result(**samples) -> Result:
+    """A schema-2 training result as the harness writes it: per-step times, the first loss, trace
+    counts, and an epoch whose loss was not a finite number (null)."""
+    result = make_result("jax", "gru")
+    result.cell.options = {}
+    result.samples = Samples(first_step_s=2.5, epoch_times_s=[3.0, 1.0], epoch_steps=[3, 3],
+                             epoch_losses=[0.69, None], batch_times_s=[2.5, 0.25, 0.25, 0.34, 0.33, 0.33],
+                             first_loss=0.7, traces={"train_step": 1, "eval_step": 1}, **samples)
+    result.metrics.steady_samples_per_s = 320.0
+    return result
+
+
+def test_a_training_result_with_steps_first_loss_traces_and_null_losses_loads_and_is_valid(tmp_path):
+    from orchestrator.results import invalid_measurement, read_cell_file
+
+    result = training_result()
+    path = cell_path(tmp_path, result.cell)
+    result.write(path)
+    assert json.loads(path.read_text())["samples"]["epoch_losses"] == [0.69, None]  # null, never NaN
+    loaded = read_cell_file(path)
+    assert loaded == result and invalid_measurement(loaded) is None
+    frame = to_frame([loaded])
+    assert frame.loc[0, "status"] == "ok" and frame.loc[0, "steady_samples_per_s"] == 320.0
+
+
+@pytest.mark.parametrize("samples, named", [
+    ({"batch_times_s": [0.25, -0.1]}, "samples.batch_times_s[1] is -0.1"),
+    ({"batch_times_s": [0.25, float("inf")]}, None),  # written as null: a type error on reading, below
+    ({"traces": {"train_step": -1}}, "samples.traces.train_step is -1"),
+])
+def test_a_negative_step_time_or_trace_count_is_invalid(tmp_path, samples, named):
+    from orchestrator.results import INVALID, invalid_measurement, load_cells
+
+    result = training_result()
+    for name, value in samples.items():
+        setattr(result.samples, name, value)
+    if named:
+        assert named in invalid_measurement(result)
+        assert to_frame([result]).loc[0, "status"] == INVALID
+    else:  # NaN/inf never reach the file: null, which a list of step times cannot hold
+        result.write(cell_path(tmp_path, result.cell))
+        make_result().write(cell_path(tmp_path, make_result().cell))
+        loaded = load_cells(tmp_path)
+        assert len(loaded.results) == 1 and "batch_times_s[1] must be a number, not null" in loaded.unreadable[0].reason
+
+
+def test_a_schema_1_result_still_loads(tmp_path):
+    from orchestrator.results import read_cell_file
+
+    record = make_result().to_dict()
+    record["schema_version"] = 1
+    for name in ("init", "options"):
+        del record["cell"][name]
+    for name in ("batch_times_s", "first_loss", "traces"):
+        del record["samples"][name]
+    for name in ("image_revision", "image_sources_sha256", "cpu_affinity", "cpu_quota", "environment", "gpu",
+                 "packages", "packages_sha256"):
+        del record["provenance"][name]
+    (tmp_path / "cells").mkdir()
+    path = tmp_path / "cells" / "old.json"
+    path.write_text(json.dumps(record))
+    loaded = read_cell_file(path)
+    assert loaded.schema_version == 1 and loaded.cell.init == "canonical" and loaded.cell.options == {}
+    assert loaded.samples.batch_times_s == [] and loaded.samples.traces == {}
+    record["samples"]["epoch_times_s"] = ["fast"]  # version 1 is checked field by field too
+    path.write_text(json.dumps(record))
+    with pytest.raises(Exception, match="epoch_times_s\\[0\\] must be a number, not a string"):
+        read_cell_file(path)
+
+
+def test_the_frame_carries_init_and_options():
+    plain = make_result()
+    tuned = make_result("tensorflow")
+    tuned.cell.init, tuned.cell.options = "framework", {"xla": "on"}
+    frame = to_frame([plain, tuned])
+    assert frame["init"].tolist() == ["canonical", "framework"]
+    assert frame["options"].tolist() == ["", "xla=on"]

@@ -7,15 +7,39 @@ EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
 
 STDERR_TAIL_CHARS = 4000
+
+# The variables that change how fast a cell runs which a cell inherits from the host, in every
+# backend alike (the local backend's subprocess, the Docker backend's container): thread pools,
+# their placement and the CPU math libraries' code paths. A host that sets OMP_NUM_THREADS means
+# every cell to run so, whichever backend runs it; the cell records what it saw
+# (provenance.environment). Deliberately not inherited: a framework's compiler switches (XLA_FLAGS,
+# TF_*: a switch is a framework option, workloads/common/options.py, so that it is part of the
+# cell), NVIDIA_TF32_OVERRIDE (the precision decides it, workloads/common/naming.py), and GPU
+# selection (--gpus: CUDA_VISIBLE_DEVICES locally, a device request in Docker, where the host's
+# numbering would name the wrong device).
+SPEED_VARIABLES = (
+    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_DYNAMIC", "OMP_WAIT_POLICY", "OMP_SCHEDULE",
+    "OMP_MAX_ACTIVE_LEVELS", "OMP_THREAD_LIMIT", "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
+    "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE",
+    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "GOTO_NUM_THREADS", "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS",
+)
+
+
+def inherited_speed_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The SPEED_VARIABLES the host sets, as every backend hands them to its cells."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in SPEED_VARIABLES if name in environ}
 
 
 @dataclass

@@ -34,11 +34,12 @@ import docker
 import requests
 
 from orchestrator import host
-from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, remove_work, tail,
-                                   write_cell_document)
+from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
+                                   remove_work, tail, write_cell_document)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
+from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
@@ -91,6 +92,7 @@ class DockerBackend:
         self.session = uuid.uuid4().hex[:12]
         self._gpu_problem = _UNKNOWN
         self._engine_info: dict | None = None
+        self._sources_hashes: dict[tuple[str, str], str] = {}  # (framework, variant) -> images.sources_hash
 
     # --- what this host can run -----------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class DockerBackend:
                 self._remove(container)
             remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
+        self._record_sources_match(result)
         self._record_limits(result)
         return result
 
@@ -198,6 +201,7 @@ class DockerBackend:
         # USER and LOGNAME: getpass.getuser() (PyTorch's compile caches use it) reads them first, and
         # the invoking user's uid has no entry in the image's /etc/passwd
         environment = {"PYTHONUNBUFFERED": "1", "USER": CONTAINER_USER_NAME, "LOGNAME": CONTAINER_USER_NAME}
+        environment.update(inherited_speed_variables())  # as the local backend passes them (OMP_NUM_THREADS, ...)
         if job.git_revision:
             environment["ROSETTA_GIT_REVISION"] = job.git_revision
         options = dict(
@@ -295,13 +299,38 @@ class DockerBackend:
         return result
 
     def _record_image(self, result: Result, image, reference: str | None = None) -> None:
+        """The image the cell ran in: its ID, its registry digest, and what its labels say it was
+        built from (the project's revision, the digest of its workload sources): a result read later
+        says which code produced it, whichever image tag it came from."""
         result.provenance.backend = self.name
         result.provenance.image_id = image.id
+        labels = image_labels(image)
+        result.provenance.image_revision = labels.get(REVISION_LABEL) or None
+        result.provenance.image_sources_sha256 = labels.get(SOURCES_LABEL) or None
         digests = image.attrs.get("RepoDigests") or []
         # prefer the digest from the registry the image was asked for (it may sit in several)
         repository = reference.rsplit(":", 1)[0] if reference and "@" not in reference else None
         matching = [d for d in digests if repository and d.split("@")[0] == repository]
         result.provenance.image_digest = (matching or digests or [None])[0]
+
+    def _record_sources_match(self, result: Result) -> None:
+        """Whether the image holds this checkout's workload sources (its sources label against
+        images.sources_hash): "no" marks a result measured with other code than the checkout's
+        (a pulled image, run with a warning), so a reader need not compare digests by hand."""
+        cell = result.cell
+        framework = self.frameworks.get(cell.framework)
+        if framework is None or cell.variant not in framework.variants:
+            return
+        key = (cell.framework, cell.variant)
+        if key not in self._sources_hashes:
+            from orchestrator import images
+
+            self._sources_hashes[key] = images.sources_hash(framework, framework.variant(cell.variant))
+        recorded = result.provenance.image_sources_sha256
+        result.provenance.extras["image_sources_current"] = (
+            "yes" if recorded == self._sources_hashes[key] else
+            "no: the image was built from other workload sources than this checkout's" if recorded else
+            "unknown: the image has no sources label")
 
     def remove_leftovers(self) -> int:
         """Remove this backend's containers that an interrupted run may have left behind."""
@@ -355,6 +384,14 @@ def remove_leftover_containers(client: docker.DockerClient, *, session: str | No
         except docker.errors.NotFound:
             pass  # it went while we looked
     return removed
+
+
+def image_labels(image) -> dict[str, str]:
+    """An image's labels, as the SDK reports them (`Image.labels`, else its Config's): {} for none."""
+    labels = getattr(image, "labels", None)
+    if labels is None:
+        labels = ((getattr(image, "attrs", None) or {}).get("Config") or {}).get("Labels")
+    return {str(key): str(value) for key, value in (labels or {}).items()}
 
 
 def _parse_gpus(gpus: str | None) -> list[str] | None:

@@ -20,18 +20,21 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import host
-from orchestrator.backends import CellJob, cell_request, collect, gpu_mismatch, remove_work, write_cell_document
+from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
+                                   write_cell_document)
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common import safe_files
 from workloads.common.result import Result
 
 READY_MARKER = ".rosetta-ready"
-# Variables a cell inherits from the host; everything else is left out so runs are reproducible.
+# Variables a local cell inherits from the host besides the speed variables every backend passes
+# (orchestrator/backends/__init__.py: SPEED_VARIABLES); everything else is left out so runs are
+# reproducible. These describe this host (its PATH, its libraries, its proxies, its GPU numbering)
+# and mean nothing inside a container.
 _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
                    "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-                   "no_proxy", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE",
-                   "OPENBLAS_L2_SIZE", "ROSETTA_OFFLINE", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
+                   "no_proxy", "CUDA_VISIBLE_DEVICES", "ROSETTA_OFFLINE", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 
 
 def default_cache_dir() -> Path:
@@ -199,6 +202,7 @@ class LocalBackend:
 
     def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:
         environment = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+        environment.update(inherited_speed_variables())
         home, temporary = work / "home", work / "tmp"
         environment.update(
             HOME=str(home), TMPDIR=str(temporary), XDG_CACHE_HOME=str(home / ".cache"),

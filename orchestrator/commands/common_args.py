@@ -43,6 +43,17 @@ def repeat_count(value: str) -> int:
     return repeat
 
 
+def seed_number(value: str) -> int:
+    """--seed: a whole number from 0 to 2**32 - 1."""
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = None
+    if seed is None or not 0 <= seed < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {2 ** 32 - 1}, not {value!r:.40}")
+    return seed
+
+
 def timeout_seconds(value: str) -> float:
     """--timeout: seconds, more than 0 and at most LONGEST_TIMEOUT_S (nan and inf are refused)."""
     try:
@@ -60,6 +71,17 @@ def timeout_seconds(value: str) -> float:
 def add_cell_selection(parser: argparse.ArgumentParser, *, frameworks_help: str) -> None:
     parser.add_argument("--frameworks", type=comma_list, help=frameworks_help)
     parser.add_argument("--workloads", type=comma_list, help=f"comma-separated: {','.join(WORKLOADS)}")
+
+
+def add_cell_options(parser: argparse.ArgumentParser) -> None:
+    """--option NAME=VALUE: a framework option (workloads/common/options.py) for every selected
+    framework that declares it."""
+    from workloads.common import options
+
+    parser.add_argument("--option", action="append", metavar="NAME=VALUE",
+                        help="a framework option for every selected framework that declares it, repeatable; "
+                        "VALUE may be comma-separated (one cell per value, e.g. xla=off,on); options: "
+                        f"{', '.join(options.every_name())} (see `list`)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, data_dir_help: str) -> None:

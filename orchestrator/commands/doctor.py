@@ -44,8 +44,9 @@ def doctor(cache_dir: Path | None = None, data_dir: Path | None = None, *, probl
     table.add_row("Docker engine", engine.detail + ("" if engine.available else "  -> run-matrix uses the local backend"))
     if engine.available:
         table.add_row("leftover cell containers", leftover_containers())
-    gpus = host.gpus()
-    table.add_row("GPUs", "\n".join(gpus) if gpus else "none (CUDA variants will be recorded as unsupported)")
+    gpus = host.gpu_facts()  # what run.json records about them
+    table.add_row("GPUs", "\n".join(describe_gpu(gpu) for gpu in gpus) if gpus
+                  else "none (CUDA variants will be recorded as unsupported)")
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
     venvs = cache_root / "venvs"
     try:
@@ -93,3 +94,17 @@ def leftover_containers() -> str:
         return "none"
     ids = " ".join(container.short_id for container in found)
     return f"{len(found)} (remove them with `docker rm -f {ids}`)"
+
+
+def describe_gpu(gpu: dict) -> str:
+    """One line per GPU: "GPU 0: NVIDIA H200, 143771 MiB, 700.0 W limit, persistence Enabled, ECC Enabled,
+    MIG Disabled, driver 570.124.06 (nvml)"; what the driver did not report is left out."""
+    if "listing" in gpu:
+        return gpu["listing"]
+    parts = [f"GPU {gpu.get('index', '?')}: {gpu.get('name', 'unnamed')}"]
+    for key, text in (("memory_total_mib", "{} MiB"), ("compute_capability", "compute capability {}"),
+                      ("power_limit_w", "{} W limit"), ("persistence_mode", "persistence {}"),
+                      ("ecc_mode", "ECC {}"), ("mig_mode", "MIG {}"), ("driver", "driver {}")):
+        if key in gpu:
+            parts.append(text.format(gpu[key]))
+    return ", ".join(parts) + f" ({gpu.get('source', '?')})"

@@ -1,4 +1,4 @@
-"""`list`: the frameworks this checkout has, with their variants and workloads."""
+"""`list`: the frameworks this checkout has, with their variants, workloads and options."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,9 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator import frameworks as framework_registry
+from workloads.common import options as framework_options
 
-HELP = "frameworks, variants and workloads"
+HELP = "frameworks, variants, workloads and options"
 ORDER = 80
 
 
@@ -23,9 +24,16 @@ def main(args: argparse.Namespace) -> int:
 
 def list_frameworks() -> Table:
     table = Table(title="Frameworks (images/<name>/ + workloads/<workload>/<name>.py)")
-    for column in ("framework", "name", "variants (device)", "workloads", "notes"):
+    for column in ("framework", "name", "variants (device)", "workloads", "options (--option NAME=VALUE)", "notes"):
         table.add_column(column)
     for name, framework in framework_registry.discover().items():
         variants = ", ".join(f"{v.name} ({v.device}{' ' + v.cuda if v.cuda else ''})" for v in framework.variants.values())
-        table.add_row(name, framework.display_name, variants, ", ".join(framework.workloads) or "-", framework.notes)
+        table.add_row(name, framework.display_name, variants, ", ".join(framework.workloads) or "-",
+                      describe_options(name), framework.notes)
     return table
+
+
+def describe_options(framework: str) -> str:
+    """"xla: off|on (default off)", one line per option the framework declares; "-" for none."""
+    return "\n".join(f"{option.name}: {'|'.join(option.values)} (default {option.default})"
+                     for option in framework_options.declared(framework).values()) or "-"

@@ -23,6 +23,7 @@ ORDER = 50
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_args.add_cell_selection(parser, frameworks_help="comma-separated (default: all; pytorch, the reference, "
                                    "always runs)")
+    common_args.add_cell_options(parser)  # no --init: parity always starts from the canonical weights
     common_args.add_run_options(parser, results_dir_help="default: results/parity-<run-id>/",
                                 data_dir_help="where the canonical files are written (default: the data cache)")
     common_args.add_backend_options(parser)
@@ -31,13 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
                         results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                        force=args.force)
+                        force=args.force, options=args.option)
 
 
 def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,
                  workloads: list[str] | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
-                 timeout: float | None = None, force: bool = False) -> int:
-    """Run every framework on the canonical weights and compare its outputs with PyTorch's."""
+                 timeout: float | None = None, force: bool = False, options: list[str] | None = None) -> int:
+    """Run every framework on the canonical weights and compare its outputs with PyTorch's.
+
+    `options` (--option NAME=VALUE[,VALUE]) go to every selected framework that declares them, one
+    cell per value; the reference always runs with its defaults too, so that an option of its own
+    (channels_last) is compared with the plain reference."""
     from orchestrator import parity, run_folder, runner
     from workloads.common.result import Cell
 
@@ -45,9 +50,17 @@ def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *
     names = frameworks or list(known)
     matrix_module.check_names(names, list(known), "frameworks", "command line")
     workloads = matrix_module.check_names(workloads or list(WORKLOADS), WORKLOADS, "workloads", "command line")
+    selection = matrix_module.narrow(
+        matrix_module.Matrix(profile="full", data="synthetic", repeat=1,
+                             frameworks=[matrix_module.FrameworkEntry(name, [known[name].default_variant])
+                                         for name in names]), known, options=options)
+    option_sets = {entry.name: entry.option_sets() for entry in selection.frameworks}
+    option_sets[parity.REFERENCE] = [{}] + [chosen for chosen in option_sets.get(parity.REFERENCE, []) if chosen]
     names = [parity.REFERENCE] + [name for name in names if name != parity.REFERENCE]  # the reference always runs
     cells = [Cell(name, workload, variant=known[name].default_variant, precision="fp32", profile="full",
-                  data="synthetic") for workload in workloads for name in names if workload in known[name].workloads]
+                  data="synthetic", options=dict(chosen))
+             for workload in workloads for name in names if workload in known[name].workloads
+             for chosen in option_sets[name]]
     engine = registry.start(backend, known, log=console.print)
     data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
     parity.write_canonical(data_dir, workloads)

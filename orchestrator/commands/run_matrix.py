@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +12,9 @@ from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
 from orchestrator.errors import UserError
-from workloads.common import data as datasets
+from workloads.common import data as datasets, safe_files
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
+from workloads.common.result import INITS
 
 HELP = "run the benchmark matrix and render the report"
 ORDER = 10
@@ -29,6 +31,9 @@ class Selection:
     profile: str | None = None
     data: str | None = None
     repeat: int | None = None
+    init: str | None = None
+    options: list[str] | None = None  # NAME=VALUE[,VALUE...], as given
+    seed: int | None = None  # the run order's; None: a fresh one (--resume: the run's own)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=PROFILES, help="full = the study's settings; smoke = a few batches")
     parser.add_argument("--data", choices=DATA_SOURCES, help="real datasets or synthetic data of the same shapes")
     parser.add_argument("--repeat", type=common_args.repeat_count,
-                        help=f"runs per cell, interleaved across frameworks (1 to {matrix_module.MAX_REPEAT})")
+                        help=f"runs per cell (1 to {matrix_module.MAX_REPEAT}; default: the matrix file's, else "
+                        f"{matrix_module.DEFAULT_REPEATS['full']} in the full profile and "
+                        f"{matrix_module.DEFAULT_REPEATS['smoke']} in smoke): every cell runs once before any "
+                        "runs again, in a shuffled order recorded in run.json")
+    parser.add_argument("--seed", type=common_args.seed_number,
+                        help="the seed of the shuffled cell order (default: a fresh one; with --resume the run's own)")
+    common_args.add_cell_options(parser)
+    parser.add_argument("--init", choices=INITS, help="how models start: canonical = the same weights in every "
+                        "framework (default), framework = each framework's own initialisers")
     common_args.add_run_options(parser, results_dir_help="default: results/<run-id>/",
                                 data_dir_help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")
@@ -50,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     selection = Selection(frameworks=args.frameworks, variants=args.variants, workloads=args.workloads,
-                          precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat)
+                          precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat,
+                          init=args.init, options=args.option, seed=args.seed)
     return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
                       results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
                       resume=args.resume, force=args.force, render_report=not args.no_report)
@@ -67,7 +81,8 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
     matrix = matrix_module.load(matrix_file, known)
     matrix = matrix_module.narrow(matrix, known, names=selection.frameworks, variants=selection.variants,
                                   workloads=selection.workloads, precisions=selection.precisions,
-                                  profile=selection.profile, data=selection.data, repeat=selection.repeat)
+                                  profile=selection.profile, data=selection.data, repeat=selection.repeat,
+                                  init=selection.init, options=selection.options)
     cells = matrix.cells(known)
     if not cells:
         raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
@@ -78,13 +93,21 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
     if results_dir is None:
         results_dir = run_folder.latest_results_dir() if resume else run_folder.new_results_dir()
     data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
-    console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeat} repeat(s)) "
-                  f"-> {results_dir}")
+    seed = selection.seed
+    if seed is None and resume:
+        seed = recorded_seed(results_dir)  # the remaining cells keep the order the run drew
+    if seed is None:
+        seed = matrix_module.new_seed()
+    cells = matrix_module.run_order(cells, seed)
+    console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeats} repeat(s), "
+                  f"{matrix.init} init, order seed {seed}) -> {results_dir}")
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, force=force, timeout=timeout, console=console,
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
-                                         "repeat": matrix.repeat, "argv": sys.argv[1:],
-                                         "not_applicable": matrix.not_applicable(known)})
+                                         "repeat": matrix.repeats, "init": matrix.init, "seed": seed,
+                                         "options": {entry.name: entry.options for entry in matrix.frameworks
+                                                     if entry.options},
+                                         "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
     if render_report:
         from orchestrator.commands.report import render
 
@@ -93,3 +116,15 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
     console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
                   + (f", {summary.skipped} already done" if summary.skipped else ""))
     return EXIT_CELLS_FAILED if failed else 0
+
+
+def recorded_seed(results_dir: Path) -> int | None:
+    """The order seed the latest invocation recorded in `results_dir`'s run.json, or None."""
+    try:
+        invocations = json.loads(safe_files.read_bytes_bounded(Path(results_dir) / "run.json", 16 << 20)
+                                 .decode("utf-8")).get("invocations", [])
+    except (OSError, ValueError, AttributeError):
+        return None
+    seeds = [item.get("seed") for item in invocations if isinstance(item, dict)] if isinstance(invocations, list) else []
+    seeds = [seed for seed in seeds if type(seed) is int and 0 <= seed < 2 ** 32]
+    return seeds[-1] if seeds else None
