@@ -32,5 +32,7 @@ def render(results_dir: Path) -> tuple[Path, Path]:
         problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
         raise UserError(f"cannot write the report ({problem}); the results in {Path(results_dir) / 'cells'} "
                         f"are kept: fix that, then run `python -m orchestrator report {results_dir}`") from None
+    # the first screen: the like-for-like steady-state ranking, as report.md opens with it
+    console.print(report.ranking_text(Path(results_dir)), markup=False, highlight=False)
     console.print(f"report: {markdown} and {html}")
     return markdown, html
