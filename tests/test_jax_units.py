@@ -2,11 +2,14 @@
 
 No JAX import: what the JAX files compute (and what optax 0.2.8 / flax 0.12.8 compute, as their
 source writes it) is restated here in numpy and compared with the canonical (PyTorch) computation,
-so these tests run in the host environment; the parity check runs the real thing.
+so these tests run in the host environment; the parity check runs the real thing. The tests marked
+e2e run real cells in JAX's cached CPU environment (tests/compiled_step_checks.py): trace counts
+after 20 training steps, what ran, the canonical start.
 """
 import numpy as np
 import pytest
 
+from compiled_step_checks import TRAIN_STEPS, reference_gru_first_loss, run_checks
 from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
 from workloads.common import canonical, hyperparams
 
@@ -176,3 +179,54 @@ def test_loss_scale_halves_on_overflow_and_doubles_after_the_interval():
 def test_int64_labels_become_int32_without_changing_them():
     labels = np.arange(64, dtype=np.int64) % 10
     np.testing.assert_array_equal(labels.astype(np.int32), labels)
+
+
+# --- the real thing, in JAX's cached CPU environment ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def jax_checks():
+    """One JAX process for every check below (tests/compiled_step_checks.py)."""
+    return run_checks("jax", ["training:cnn", "training:gru", "inference", "first_loss:canonical",
+                              "first_loss:framework"])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("check", ["training:cnn", "training:gru"])
+def test_every_jitted_step_traces_once_in_20_training_steps(jax_checks, check):
+    """The train step, and the evaluation step over a test set ending in a partial batch (padded to
+    the one shape, so no second trace and compilation), each trace exactly once."""
+    found = jax_checks[check]
+    assert found["status"] == "ok", found["reason"]
+    assert found["epoch_steps"] == [TRAIN_STEPS] and TRAIN_STEPS >= 20
+    assert found["test_batches"] == 3  # 3 batches, the last one short: a second shape unless padded
+    assert found["traces"] == {"train_step": 1, "eval_step": 1}
+    assert 0.0 <= found["accuracy"] <= 1.0 and found["epoch_losses"][-1] < 2 * found["first_loss"]
+
+
+@pytest.mark.e2e
+def test_the_inference_forward_traces_once_and_copies_features_to_the_host(jax_checks):
+    found = jax_checks["inference"]
+    assert found["status"] == "ok", found["reason"]
+    assert found["traces"] == {"forward": 1} and found["timed_batches"] == 4
+
+
+@pytest.mark.e2e
+def test_what_ran_is_recorded(jax_checks):
+    cnn, gru = jax_checks["training:cnn"]["extras"], jax_checks["training:gru"]["extras"]
+    assert cnn["optimizer"].startswith("optax.sgd(momentum=0.9)") and "jit-fused" in cnn["optimizer"]
+    assert gru["optimizer"].startswith("optax.adam(eps_root=0)") and "jit-fused" in gru["optimizer"]
+    assert gru["gru_kernel"].startswith("scan: lax.scan over 150 time steps")
+    assert "gru_kernel" not in cnn
+    assert cnn["tf32"] == gru["tf32"] == "n/a (CPU)" and cnn["matmul_precision"] == "highest"
+    assert cnn["init"] == "canonical"
+
+
+@pytest.mark.e2e
+def test_training_starts_from_the_canonical_weights_unless_told_otherwise(jax_checks):
+    """The GRU has no dropout: its first loss is the canonical model's on the first batch, in numpy."""
+    canonical_start, framework_start = jax_checks["first_loss:canonical"], jax_checks["first_loss:framework"]
+    assert canonical_start["status"] == framework_start["status"] == "ok"
+    assert canonical_start["extras"]["init"] == "canonical" and framework_start["extras"]["init"] == "framework"
+    expected = reference_gru_first_loss()
+    assert canonical_start["first_loss"] == pytest.approx(expected, rel=1e-5)
+    assert framework_start["first_loss"] != pytest.approx(expected, rel=1e-3)

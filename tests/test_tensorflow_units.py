@@ -1,10 +1,16 @@
-"""The layout facts the TensorFlow workloads rely on, checked on tiny arrays with numpy only.
+"""The layout and optimizer facts the TensorFlow workloads rely on, and the rules their compiled steps keep.
 
-TensorFlow itself is not needed: each test states, in numpy, what a TensorFlow op computes in the
-layout the workload file uses, and compares it with the canonical (NCHW / OIHW) computation.
+Most tests need no TensorFlow: each states, in numpy, what a TensorFlow op computes in the layout
+the workload file uses, and compares it with the canonical (NCHW / OIHW) computation. The tests
+marked e2e run real cells in TensorFlow's cached CPU environment (tests/compiled_step_checks.py):
+trace counts after 20 training steps, the xla option, the fused optimizers, the canonical start.
 """
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from compiled_step_checks import TRAIN_STEPS, reference_gru_first_loss, run_checks
 from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
 from workloads.common import canonical
 
@@ -93,3 +99,130 @@ def test_adam_written_out_adds_epsilon_after_the_square_root():
         ours -= lr * (m / c1) / (np.sqrt(v / c2) + eps)
         torch_form -= lr / c1 * m / (np.sqrt(v) / np.sqrt(c2) + eps)
     np.testing.assert_allclose(ours, torch_form, rtol=1e-12)
+
+
+# --- the fused optimizer ops (tf.raw_ops), as TensorFlow documents them -------------------------
+
+def resource_apply_adam(w, m, v, g, lr, b1, b2, epsilon, step):
+    """tf.raw_ops.ResourceApplyAdam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t);
+    w -= lr_t * m / (sqrt(v) + epsilon), the "epsilon hat" form."""
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    return w - lr * np.sqrt(1 - b2 ** step) / (1 - b1 ** step) * m / (np.sqrt(v) + epsilon), m, v
+
+
+def torch_adam(w, m, v, g, lr, b1, b2, eps, step):
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    return w - lr / (1 - b1 ** step) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** step) + eps), m, v
+
+
+def test_resource_apply_adam_equals_pytorchs_adam_only_with_epsilon_scaled_each_step():
+    """gru/tensorflow.py passes epsilon = eps * sqrt(1 - beta2^t): then the fused op is PyTorch's Adam.
+    Passing eps as is puts it before the bias correction: different updates where gradients are tiny."""
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    gradients = rng.normal(size=(4, 6)) * np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0])
+    start = rng.normal(size=6)
+    fused, plain, reference = [(start.copy(), np.zeros(6), np.zeros(6)) for _ in range(3)]
+    for step, g in enumerate(gradients, start=1):
+        fused = resource_apply_adam(*fused, g, lr, b1, b2, eps * np.sqrt(1 - b2 ** step), step)
+        plain = resource_apply_adam(*plain, g, lr, b1, b2, eps, step)
+        reference = torch_adam(*reference, g, lr, b1, b2, eps, step)
+    np.testing.assert_allclose(fused[0] - start, reference[0] - start, rtol=1e-10)
+    assert not np.allclose(plain[0] - start, reference[0] - start, rtol=1e-2)
+
+
+def test_resource_apply_momentum_is_pytorchs_plain_momentum():
+    """tf.raw_ops.ResourceApplyMomentum: accum = accum * momentum + grad; var -= lr * accum (no unit gain);
+    torch.optim.SGD(momentum, dampening=0): v = m*v + g; w -= lr*v."""
+    lr, momentum = 0.01, 0.9
+    w_tf = w_torch = rng.normal(size=5)
+    accum = v = np.zeros(5)
+    for g in rng.normal(size=(4, 5)):
+        accum = accum * momentum + g
+        w_tf = w_tf - lr * accum
+        v = momentum * v + g
+        w_torch = w_torch - lr * v
+    np.testing.assert_allclose(w_tf, w_torch, rtol=1e-12)
+
+
+# --- the real thing, in TensorFlow's cached CPU environment --------------------------------------
+
+def test_no_rosetta_xla_environment_switch_is_left():
+    """XLA is the cell's option (--option xla=on), never an environment variable the backends may drop."""
+    root = Path(__file__).resolve().parent.parent
+    readers = [str(path.relative_to(root)) for folder in ("workloads", "images", "orchestrator")
+               for path in (root / folder).rglob("*") if path.is_file() and path.suffix in (".py", ".toml")
+               and "ROSETTA_XLA" in path.read_text(errors="replace")]
+    assert readers == []
+
+
+@pytest.fixture(scope="module")
+def tensorflow_checks():
+    """One TensorFlow process for every check below. ROSETTA_XLA=1 is set to show it is ignored."""
+    return run_checks("tensorflow", ["training:cnn", "training:gru", "training:cnn:xla=on", "inference",
+                                     "inference:xla=on", "optimizers", "first_loss:canonical",
+                                     "first_loss:framework"], environment={"ROSETTA_XLA": "1"})
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("check", ["training:cnn", "training:gru", "training:cnn:xla=on"])
+def test_every_compiled_step_traces_once_in_20_training_steps(tensorflow_checks, check):
+    """The train step, and the evaluation step over a test set ending in a partial batch (padded to
+    the one shape), each trace exactly once: nothing retraces."""
+    found = tensorflow_checks[check]
+    assert found["status"] == "ok", found["reason"]
+    assert found["epoch_steps"] == [TRAIN_STEPS] and TRAIN_STEPS >= 20
+    assert found["test_batches"] == 3  # 3 batches, the last one short: a second shape unless padded
+    assert found["traces"] == {"train_step": 1, "eval_step": 1}
+    assert 0.0 <= found["accuracy"] <= 1.0 and found["epoch_losses"][-1] < 2 * found["first_loss"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("check", ["inference", "inference:xla=on"])
+def test_the_inference_forward_traces_once_and_copies_features_to_the_host(tensorflow_checks, check):
+    found = tensorflow_checks[check]
+    assert found["status"] == "ok", found["reason"]
+    assert found["traces"] == {"forward": 1} and found["timed_batches"] == 4
+
+
+@pytest.mark.e2e
+def test_the_xla_option_is_read_per_cell_and_the_environment_variable_is_not(tensorflow_checks):
+    for check in ("training:cnn", "training:gru", "inference"):  # run with ROSETTA_XLA=1 in the environment
+        extras = tensorflow_checks[check]["extras"]
+        assert extras["option.xla"] == "off" and extras["xla"].startswith("off"), extras
+    for check in ("training:cnn:xla=on", "inference:xla=on"):
+        extras = tensorflow_checks[check]["extras"]
+        assert extras["option.xla"] == "on" and extras["xla"].startswith("on: tf.function(jit_compile=True)"), extras
+
+
+@pytest.mark.e2e
+def test_what_ran_is_recorded(tensorflow_checks):
+    cnn, gru = tensorflow_checks["training:cnn"]["extras"], tensorflow_checks["training:gru"]["extras"]
+    assert cnn["optimizer"].startswith("tf.raw_ops.ResourceApplyMomentum (fused")
+    assert gru["optimizer"].startswith("tf.raw_ops.ResourceApplyAdam (fused")
+    assert gru["gru_kernel"].startswith("scan: tf.scan") and "no fused CPU GRU kernel" in gru["gru_kernel"]
+    assert "gru_kernel" not in cnn
+    assert cnn["tf32"] == gru["tf32"] == "n/a (CPU)"
+    assert cnn["init"] == "canonical"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_the_fused_ops_compute_pytorchs_update(tensorflow_checks, optimizer):
+    """The workload files' optimizers on one variable, tiny gradients included, against PyTorch's
+    update in float64: the updates agree to float32 rounding."""
+    found = tensorflow_checks["optimizers"][optimizer]
+    start = np.asarray(found["start"])
+    np.testing.assert_allclose(np.asarray(found["tensorflow"]) - start, np.asarray(found["pytorch_form"]) - start,
+                               rtol=2e-3, atol=1e-7)
+
+
+@pytest.mark.e2e
+def test_training_starts_from_the_canonical_weights_unless_told_otherwise(tensorflow_checks):
+    """The GRU has no dropout: its first loss is the canonical model's on the first batch, in numpy."""
+    canonical_start = tensorflow_checks["first_loss:canonical"]
+    framework_start = tensorflow_checks["first_loss:framework"]
+    assert canonical_start["status"] == framework_start["status"] == "ok"
+    assert canonical_start["extras"]["init"] == "canonical" and framework_start["extras"]["init"] == "framework"
+    expected = reference_gru_first_loss()
+    assert canonical_start["first_loss"] == pytest.approx(expected, rel=1e-5)
+    assert framework_start["first_loss"] != pytest.approx(expected, rel=1e-3)

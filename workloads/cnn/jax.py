@@ -66,6 +66,9 @@ def init_params(model, s):
     return jax.jit(model.init)(jax.random.key(runtime.SEED), images)["params"]
 
 
+OPTIMIZER = "optax.sgd(momentum=0.9), the plain form v = m*v + g, w -= lr*v"
+
+
 def make_optimizer(s) -> optax.GradientTransformation:
     # optax's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
     return optax.sgd(s.learning_rate, momentum=s.momentum)
@@ -107,8 +110,12 @@ def run(run: Run) -> None:
     with run.phase("model_build"):
         model = VGGStyleCNN(s, dtype=policy.compute_dtype)
         params = init_params(model, s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            params = load_canonical(params, weights)
         optimizer = make_optimizer(s)
-    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data)
+    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data,
+                               optimizer_name=OPTIMIZER)
 
 
 # --- parity -------------------------------------------------------------------------------------
@@ -120,4 +127,4 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     weights = load_canonical(init_params(model, s), params)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
     return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model, dropout=False),
-                                batch)
+                                batch, optimizer_name=OPTIMIZER)

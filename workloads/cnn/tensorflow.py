@@ -3,7 +3,8 @@
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
 settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 The model is a tf.Module of tf.Variables and tf.nn ops; one training step is a tf.GradientTape
-inside a tf.function, and the optimizer is written out in a few lines.
+inside a tf.function, and the optimizer's update is TensorFlow's own fused op,
+tf.raw_ops.ResourceApplyMomentum (one kernel per variable).
 """
 import tensorflow as tf
 
@@ -15,7 +16,8 @@ MATCHED = (
     "convolution kernels stored HWIO: canonical OIHW transposed",
     "NHWC on the CPU (TensorFlow's CPU kernels), NCHW on a GPU; the NCHW batch is transposed in the step",
     "NHWC feature maps are transposed to NCHW before the flatten, so dense1 sees the canonical row order",
-    "SGD momentum written out in its plain form v = m*v + g, w -= lr*v (no unit gain)",
+    "SGD momentum in its plain form v = m*v + g, w -= lr*v (no unit gain): TensorFlow's fused "
+    "ResourceApplyMomentum computes exactly that",
     "Glorot-uniform kernels and zero biases written out",
 )
 
@@ -78,7 +80,11 @@ loss_function = runtime.cross_entropy  # mean softmax cross-entropy of the logit
 
 
 class SGDMomentum(tf.Module):
-    """Plain momentum, PyTorch's form: v = m*v + g; w -= lr*v (v starts at zero)."""
+    """Plain momentum, PyTorch's form: v = m*v + g; w -= lr*v (v starts at zero). TensorFlow's
+    ResourceApplyMomentum op computes exactly this update, fused in one kernel per variable
+    (ResourceApplyKerasMomentum is Keras' form, v = m*v - lr*g; w += v: the same only up to rounding)."""
+
+    description = "tf.raw_ops.ResourceApplyMomentum (fused: one kernel per variable)"
 
     def __init__(self, variables, learning_rate: float, momentum: float):
         super().__init__()
@@ -87,8 +93,9 @@ class SGDMomentum(tf.Module):
 
     def apply(self, gradients, variables):
         for gradient, velocity, variable in zip(gradients, self.velocities, variables):
-            velocity.assign(self.momentum * velocity + gradient)
-            variable.assign_sub(self.learning_rate * velocity)
+            tf.raw_ops.ResourceApplyMomentum(
+                var=variable.handle, accum=velocity.handle, lr=tf.constant(self.learning_rate, variable.dtype),
+                grad=gradient, momentum=tf.constant(self.momentum, variable.dtype), use_nesterov=False)
 
 
 def make_optimizer(model, s):
@@ -120,6 +127,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = VGGStyleCNN(s, policy.layout)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s)
     runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
 

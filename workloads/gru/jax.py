@@ -88,6 +88,9 @@ def init_params(model, s):
     return jax.jit(model.init)(jax.random.key(runtime.SEED), tokens)["params"]
 
 
+OPTIMIZER = "optax.adam(eps_root=0), epsilon after sqrt(v_hat) as PyTorch"
+
+
 def make_optimizer(s) -> optax.GradientTransformation:
     # optax adds epsilon after the square root of v-hat (eps_root=0), as PyTorch and the Adam paper.
     return optax.adam(s.learning_rate, b1=s.beta1, b2=s.beta2, eps=s.epsilon, eps_root=0.0)
@@ -122,6 +125,9 @@ def load_canonical(params: dict, canonical_params: dict) -> dict:
 def run(run: Run) -> None:
     s = run.settings
     policy = runtime.select_device(run)
+    # the model's only recurrence: lax.scan cannot fall back to, or be replaced by, another kernel
+    run.set_provenance(extras={"gru_kernel": f"scan: lax.scan over {s.sequence_length} time steps, an XLA while "
+                                             "loop inside the jitted step (JAX has no cuDNN GRU)"})
 
     with run.phase("data_load"):
         data = run.load_imdb()
@@ -129,8 +135,12 @@ def run(run: Run) -> None:
     with run.phase("model_build"):
         model = GRUClassifier(s, dtype=policy.compute_dtype)
         params = init_params(model, s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            params = load_canonical(params, weights)
         optimizer = make_optimizer(s)
-    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data)
+    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data,
+                               optimizer_name=OPTIMIZER)
 
 
 # --- parity -------------------------------------------------------------------------------------
@@ -140,4 +150,5 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
     model = GRUClassifier(s, dtype=policy.compute_dtype)
     weights = load_canonical(init_params(model, s), params)
-    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model), batch)
+    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model), batch,
+                                optimizer_name=OPTIMIZER)

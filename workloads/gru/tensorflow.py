@@ -4,6 +4,8 @@ embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings 
 workloads/gru/__init__.py. The GRU cell is written out (cuDNN's reset-after form) and run
 over time-major input with tf.scan; on a GPU the same weights feed cuDNN's fused GRU kernel
 (tf.raw_ops.CudnnRNNV3; FAIRNESS.md: fused-rnn) unless XLA is on (XLA cannot compile that op).
+Adam's update is TensorFlow's own fused op, tf.raw_ops.ResourceApplyAdam, given the epsilon that
+makes its form equal PyTorch's.
 """
 import tensorflow as tf
 
@@ -14,7 +16,8 @@ MATCHED = (
     "GRU written out in cuDNN's reset-after form, gates r, z, n, two bias vectors per gate: canonical as is",
     "on the CPU (and with XLA) a tf.scan over time steps, not a fused kernel; on a GPU cuDNN's fused GRU",
     "time-major (TNC) input to the GRU; the last time step's output feeds the dense layer",
-    "Adam written out with epsilon after the square root of v-hat; the embedding's sparse gradient made dense",
+    "Adam with epsilon after the square root of v-hat: the fused ResourceApplyAdam, whose epsilon-hat form "
+    "equals it with epsilon passed as eps*sqrt(1-beta2^t); the embedding's sparse gradient made dense",
     "Glorot-uniform input kernels, orthogonal recurrent kernel, zero biases (Keras' defaults)",
 )
 
@@ -31,6 +34,7 @@ class GRUClassifier(tf.Module):
     def __init__(self, s, fused: bool):
         super().__init__()
         self.fused, hidden = fused, s.hidden_size  # fused: cuDNN's kernel (GPU only)
+        self.traced_kernel = None  # "cudnn" or "scan": what the traced graph holds, set while tracing
         self.embeddings = tf.Variable(tf.random.uniform((s.vocabulary, s.embedding_size), -0.05, 0.05))
         # Canonical layout: x @ kernel, columns [reset | update | new]; two bias vectors per gate.
         self.kernel = runtime.glorot_uniform((s.embedding_size, 3 * hidden), s.embedding_size, 3 * hidden)
@@ -68,6 +72,7 @@ class GRUClassifier(tf.Module):
 
     def __call__(self, tokens, training: bool = False):  # tokens: (batch, time)
         x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC; FAIRNESS.md: layouts)
+        self.traced_kernel = "cudnn" if self.fused else "scan"
         outputs = self.gru_cudnn(x, training) if self.fused else self.gru_scan(x)
         return tf.matmul(outputs[-1], self.dense_kernel) + self.dense_bias  # the last time step's output
 
@@ -78,7 +83,13 @@ loss_function = runtime.cross_entropy  # mean softmax cross-entropy of the logit
 
 
 class Adam(tf.Module):
-    """Adam as PyTorch and Keras compute it: w -= lr * m_hat / (sqrt(v_hat) + eps)."""
+    """Adam as PyTorch and Keras compute it: w -= lr * m_hat / (sqrt(v_hat) + eps), run by
+    TensorFlow's fused ResourceApplyAdam (one kernel per variable). That op computes
+    w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps_hat), the "epsilon hat" form:
+    it equals PyTorch's exactly when eps_hat = eps * sqrt(1 - beta2^t), passed anew every step."""
+
+    description = ("tf.raw_ops.ResourceApplyAdam (fused: one kernel per variable), epsilon passed as "
+                   "eps*sqrt(1-beta2^t): PyTorch's epsilon-after-sqrt(v_hat) form")
 
     def __init__(self, variables, s):
         super().__init__()
@@ -89,12 +100,16 @@ class Adam(tf.Module):
 
     def apply(self, gradients, variables):
         self.step.assign_add(1.0)
-        correction1, correction2 = 1.0 - self.beta1 ** self.step, 1.0 - self.beta2 ** self.step
+        beta1_power, beta2_power = self.beta1 ** self.step, self.beta2 ** self.step
+        epsilon_hat = self.epsilon * tf.sqrt(1.0 - beta2_power)  # PyTorch's form (see the class)
+        constant = lambda value: tf.constant(value, tf.float32)  # noqa: E731
         for gradient, m, v, variable in zip(gradients, self.m, self.v, variables):
-            gradient = tf.convert_to_tensor(gradient)  # the embedding's IndexedSlices, made dense as PyTorch's
-            m.assign(self.beta1 * m + (1.0 - self.beta1) * gradient)
-            v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(gradient))
-            variable.assign_sub(self.learning_rate * (m / correction1) / (tf.sqrt(v / correction2) + self.epsilon))
+            tf.raw_ops.ResourceApplyAdam(
+                var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta1_power, beta2_power=beta2_power,
+                lr=constant(self.learning_rate), beta1=constant(self.beta1), beta2=constant(self.beta2),
+                epsilon=epsilon_hat,
+                grad=tf.convert_to_tensor(gradient),  # the embedding's IndexedSlices, made dense as PyTorch's
+                use_nesterov=False)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -115,15 +130,28 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 def run(run: Run) -> None:
     s = run.settings
     policy = runtime.select_device(run)
-    run.set_provenance(extras={"gru": "cuDNN CudnnRNNV3" if policy.fused_rnn else "tf.scan"})
 
     with run.phase("data_load"):
         data = run.load_imdb()
 
     with run.phase("model_build"):
         model = GRUClassifier(s, policy.fused_rnn)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = Adam(model.trainable_variables, s)
     runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
+    run.set_provenance(extras={"gru_kernel": gru_kernel(model, policy, s)})
+
+
+def gru_kernel(model: GRUClassifier, policy, s) -> str:
+    """The "gru_kernel" extra: what the traced (and run) graphs hold. CudnnRNNV3 has a GPU kernel
+    only, so a step holding it ran cuDNN's GRU or failed: there is no silent fallback to detect."""
+    if model.traced_kernel == "cudnn":
+        return "cudnn: tf.raw_ops.CudnnRNNV3, cuDNN's fused GRU"
+    why = "XLA cannot compile CudnnRNNV3" if policy.device == "cuda" else "TensorFlow has no fused CPU GRU kernel"
+    how = "compiled by XLA" if policy.xla else "a graph while-loop of per-step ops"
+    return f"scan: tf.scan over {s.sequence_length} time steps, {how} ({why})"
 
 
 # --- parity -------------------------------------------------------------------------------------

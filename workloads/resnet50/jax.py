@@ -2,7 +2,8 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing. What to notice:
+The canonical weights (--init canonical, the default) and random inputs (seed 0): weights do not
+change the timing. What to notice:
 batch norm's moving statistics are a separate collection ("batch_stats") beside "params", and
 inference is one jitted forward function; its first call (the warm pass) compiles it.
 """
@@ -127,7 +128,11 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = ResNet50Features(dtype=policy.compute_dtype)
-        variables = runtime.track(init_variables(model, s))  # the phase waits for it
+        variables = init_variables(model, s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            variables = load_canonical(variables, weights)
+        runtime.track(variables)  # the phase waits for it
     # inference only: no gradient is ever taken (FAIRNESS.md: eval-mode); batch norm on moving statistics
     runtime.extract_features(run, policy, model, variables, images)
 

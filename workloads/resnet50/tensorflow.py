@@ -2,7 +2,8 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing.
+The canonical weights (--init canonical, the default) and random inputs (seed 0): weights do not
+change the timing.
 What to notice: TensorFlow's "SAME" padding is asymmetric when the stride is 2 (the extra row and
 column go at the bottom and right), so the strided layers pad explicitly, as PyTorch does.
 """
@@ -117,6 +118,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = ResNet50Features(policy.layout)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     runtime.extract_features(run, policy, model, images)
 
 

@@ -10,6 +10,8 @@ and keep their parameters in float32 (`param_dtype`).
 A workload hands its Flax model (whose ``__call__`` defaults to inference mode: dropout off, batch
 norm on its moving statistics), its parameters, its Optax optimizer and its loss function
 ``loss_of(params, x, y, dropout_key)``; this module builds the state and the step from them.
+Every jitted function counts its Python traces (``run.note_trace``): each traces once, evaluation
+included (its last partial batch is padded to the batch size, so it keeps the one shape).
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def select_device(run: Run) -> JaxPolicy:
     # XLA's default fp32 matmul/convolution precision on a GPU may use TF32 (or bf16 passes):
     # "highest" is true fp32, and TF32 only when asked for.
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "highest")
+    matmul_precision = str(jax.config.jax_default_matmul_precision)  # read back, as JAX reports it
     policy = JaxPolicy(device, precision, device_type)
     run.sync = sync  # asynchronous dispatch on the CPU too
     cuda_version, cudnn_version = _cuda_versions() if device_type == "cuda" else (None, None)
@@ -95,10 +98,11 @@ def select_device(run: Run) -> JaxPolicy:
         device=device_type,
         cuda_version=cuda_version,
         cudnn_version=cudnn_version,
-        gpu_name=device.device_kind if device_type == "cuda" else None,
+        gpu_name=(device.device_kind or run.result.provenance.gpu.get("name")) if device_type == "cuda" else None,
         extras={"layout": "NHWC / TNC", "jaxlib": _jaxlib_version(),
                 "compute_dtype": jnp.dtype(policy.compute_dtype).name,
-                "matmul_precision": "tensorfloat32" if precision == "tf32" else "highest",
+                "matmul_precision": matmul_precision,
+                "tf32": f"jax_default_matmul_precision={matmul_precision}" if device_type == "cuda" else "n/a (CPU)",
                 "loss_scaling": "dynamic" if policy.loss_scaling else "none",
                 "autotune": "XLA's GPU autotuning (its default)" if device_type == "cuda" else "none (CPU)",
                 "jit": "jax.jit: one XLA program per step, compiled in the first step"},
@@ -148,7 +152,7 @@ def init_train_state(params, optimizer: optax.GradientTransformation, policy: Ja
     return track(state)  # so the model_build phase waits for the initialisation it dispatched
 
 
-def make_train_step(loss_of, optimizer: optax.GradientTransformation, policy: JaxPolicy):
+def make_train_step(run: Run, loss_of, optimizer: optax.GradientTransformation, policy: JaxPolicy):
     """One jitted step: `step(state, x, y) -> (state, loss)`, the loss left on the device.
 
     `loss_of(params, x, y, dropout_key)` is the workload's mean loss. Each step splits a fresh
@@ -160,6 +164,7 @@ def make_train_step(loss_of, optimizer: optax.GradientTransformation, policy: Ja
     fp16 = policy.loss_scaling
 
     def step(state, x, y):
+        run.note_trace("train_step")  # Python runs this line only while tracing: a retrace shows in the count
         params = state["params"]
         key, dropout_key = jax.random.split(state["key"])
         if fp16:
@@ -199,9 +204,9 @@ def make_train_step(loss_of, optimizer: optax.GradientTransformation, policy: Ja
 class _Trainer:
     """The training state and its jitted step, as the one callable the shared loops drive."""
 
-    def __init__(self, params, optimizer: optax.GradientTransformation, loss_of, policy: JaxPolicy):
+    def __init__(self, run: Run, params, optimizer: optax.GradientTransformation, loss_of, policy: JaxPolicy):
         self.state = init_train_state(params, optimizer, policy)
-        self._step = make_train_step(loss_of, optimizer, policy)
+        self._step = make_train_step(run, loss_of, optimizer, policy)
 
     def step(self, x: np.ndarray, y: np.ndarray):
         self.state, loss = self._step(self.state, x, y)
@@ -218,42 +223,76 @@ def _inference(model: nn.Module):
     return jax.jit(lambda params, x: model.apply({"params": params}, x))
 
 
+def pad_batch(x: np.ndarray, y: np.ndarray, batch_size: int):
+    """The test set's last, partial batch padded to the batch size, so evaluation keeps the one
+    compiled shape (no second trace and XLA compilation inside the timed test pass): the padding
+    rows are zeros labelled -1, which no prediction equals."""
+    missing = batch_size - len(y)
+    if missing <= 0:
+        return x, y
+    return (np.concatenate([x, np.zeros((missing,) + x.shape[1:], x.dtype)]),
+            np.concatenate([y, np.full(missing, -1, y.dtype)]))
+
+
+def optimizer_description(name: str) -> str:
+    """The "optimizer" extra: what the update is, and how it runs."""
+    return (f"{name}; jit-fused: its element-wise update is compiled by XLA into the one jitted step "
+            "(no separate optimizer op)")
+
+
 def train_and_evaluate(run: Run, policy: JaxPolicy, model: nn.Module, params, optimizer: optax.GradientTransformation,
-                       loss_of, data) -> None:
+                       loss_of, data, *, optimizer_name: str) -> None:
     """Train `params` with `optimizer` on `loss_of`, then count the test set's correct predictions."""
     with run.phase("model_build"):  # the phase adds up: the optimizer state is built, and waited for, here
-        trainer = _Trainer(params, optimizer, loss_of, policy)
+        trainer = _Trainer(run, params, optimizer, loss_of, policy)
     run.set_parameter_count(parameter_count(params))
+    run.set_provenance(extras={"optimizer": optimizer_description(optimizer_name)})
     loop.train(run, data, trainer.step)
 
     @jax.jit
     def count_correct(params, x, y):
+        run.note_trace("eval_step")
         return jnp.sum(jnp.argmax(model.apply({"params": params}, x), axis=1) == y)
 
+    def count_batch(x, y):
+        x, y = pad_batch(x, y, run.settings.batch_size)
+        return track(count_correct(trainer.params, to_device(x), to_device(y)))
+
     # the count stays on the device; run.sync waits for the last batch's
-    loop.evaluate(run, data, lambda x, y: track(count_correct(trainer.params, to_device(x), to_device(y))))
+    loop.evaluate(run, data, count_batch)
     run.record_peak_device_memory(peak_memory_mb(policy))
 
 
 def parity_steps(run: Run, policy: JaxPolicy, model: nn.Module, params, optimizer: optax.GradientTransformation,
-                 loss_of, batch: dict) -> dict:
+                 loss_of, batch: dict, *, optimizer_name: str) -> dict:
     """The logits on the canonical `params`, and after the parity steps (`loss_of` without dropout)."""
     run.set_parameter_count(parameter_count(params))
-    trainer = _Trainer(params, optimizer, loss_of, policy)
+    run.set_provenance(extras={"optimizer": optimizer_description(optimizer_name)})
+    trainer = _Trainer(run, params, optimizer, loss_of, policy)
     forward = _inference(model)
     return loop.parity_outputs(lambda x: forward(trainer.params, to_device(x)), trainer.step, batch,
                                to_numpy=jax.device_get)
 
 
+def make_forward(run: Run, model: nn.Module):
+    """ResNet-50's jitted forward pass, ``forward(variables, images)``: no gradient is ever taken."""
+    def forward(variables, images):
+        run.note_trace("forward")
+        return model.apply(variables, images)
+    return jax.jit(forward)
+
+
 def extract_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: dict, images: np.ndarray) -> None:
     """Forward-only passes of `model` with `variables` ("params" and "batch_stats"); no gradient is
-    ever taken (FAIRNESS.md: eval-mode). The warm pass's first call compiles the jitted forward."""
+    ever taken (FAIRNESS.md: eval-mode). The warm pass's first call compiles the jitted forward.
+    Every batch's features are copied to the host inside its time (FAIRNESS.md: host-copy)."""
     run.set_parameter_count(parameter_count(variables["params"]))
-    forward = jax.jit(model.apply)
-    loop.infer(run, images, lambda batch: track(forward(variables, to_device(batch))))
+    forward = make_forward(run, model)
+    loop.infer(run, images, lambda batch: track(forward(variables, to_device(batch))),
+               to_host=lambda features: np.asarray(jax.device_get(features)))
     run.record_peak_device_memory(peak_memory_mb(policy))
 
 
 def parity_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: dict, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(variables["params"]))
-    return {"features": jax.device_get(jax.jit(model.apply)(variables, to_device(batch["x"])))}
+    return {"features": jax.device_get(make_forward(run, model)(variables, to_device(batch["x"])))}

@@ -5,34 +5,43 @@ The TensorFlow rows are written with TensorFlow's own low-level API (tf.Module, 
 tf.nn, tf.GradientTape inside tf.function); Keras, which TensorFlow bundles, has its own rows.
 A workload hands this module its tf.Module model, its optimizer (a tf.Module with
 ``apply(gradients, variables)``) and its loss; the step is built here, once.
-Set ROSETTA_XLA=1 to compile every step with XLA (tf.function(jit_compile=True)).
+The framework option ``xla`` (``--option xla=on``; workloads/common/options.py) compiles every
+step with XLA (tf.function(jit_compile=True)). Every compiled function counts its Python traces
+(``run.note_trace``): each traces once, evaluation included (its last partial batch is padded to
+the batch size, so it keeps the one shape).
 """
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from workloads.common import loop
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
-XLA = os.environ.get("ROSETTA_XLA", "0") == "1"
-
 
 class TensorFlowPolicy(Policy):
     """``device`` is "cpu" or "cuda". ``layout``: the convolution layout of this device (see
-    `layout`). ``fused_rnn``: the GRU runs cuDNN's fused kernel (a GPU, and no XLA, which cannot
-    compile that op; FAIRNESS.md: fused-rnn). fp32 and tf32 only: the global TF32 switch is set."""
+    `layout`). ``xla``: every step compiled with XLA (the cell's option ``xla``). ``fused_rnn``:
+    the GRU runs cuDNN's fused kernel (a GPU, and no XLA, which cannot compile that op;
+    FAIRNESS.md: fused-rnn). fp32 and tf32 only: the global TF32 switch is set."""
 
-    def __init__(self, device: str, precision: str):
+    def __init__(self, device: str, precision: str, xla: bool = False):
         super().__init__(device, precision)
         self.layout = layout(device)
-        self.fused_rnn = device == "cuda" and not XLA
+        self.xla = xla
+        self.fused_rnn = device == "cuda" and not xla
+
+    def compile(self, function, **keywords):
+        """One compiled graph: tf.function, with XLA when the cell's option xla is on."""
+        return tf.function(function, jit_compile=self.xla, **keywords)
 
 
 def select_device(run: Run) -> TensorFlowPolicy:
     """Pick the device ("cpu" or "cuda"), refuse what it cannot do (before any work), set the global switches."""
+    xla = run.option("xla") == "on"  # read per cell, here: never from the environment, never at import
     gpus = tf.config.list_physical_devices("GPU")
     if run.requested_device == "cuda" and not gpus:
         build = "" if tf.test.is_built_with_cuda() else " (this is a CPU-only TensorFlow build)"
@@ -52,11 +61,13 @@ def select_device(run: Run) -> TensorFlowPolicy:
         major, minor = details.get("compute_capability", (0, 0))
         if precision == "tf32" and major < 8:
             raise Unsupported(f"tf32 needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
-        gpu_name = details.get("device_name")
+        # nvidia-smi's name (provenance.gpu) when TensorFlow's device details lack one
+        gpu_name = details.get("device_name") or run.result.provenance.gpu.get("name") or "unknown CUDA GPU"
     else:
         tf.config.set_visible_devices([], "GPU")  # cpu requested on a GPU host: hide the GPUs
     # fp32 means true fp32: TensorFlow turns TF32 on by default on Ampere and newer GPUs.
     tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
+    tf32 = str(tf.config.experimental.tensor_float_32_execution_enabled()).lower()  # read back, as TF reports it
     tf.random.set_seed(SEED)
     # Waits for every pending kernel (GPU streams, and TensorFlow's async queues if enabled).
     run.sync = tf.test.experimental.sync_devices
@@ -68,24 +79,20 @@ def select_device(run: Run) -> TensorFlowPolicy:
         cuda_version=build.get("cuda_version") if on_gpu else None,
         cudnn_version=build.get("cudnn_version") if on_gpu else None,
         gpu_name=gpu_name,
-        extras={"layout": f"{layout(device)} / TNC", "xla": str(XLA).lower(),
+        extras={"layout": f"{layout(device)} / TNC",
+                "xla": "on: tf.function(jit_compile=True)" if xla else "off: tf.function graphs, TensorFlow's kernels",
                 "cudnn_autotune": "true (TensorFlow's default)" if on_gpu else "n/a",
-                "allow_tf32": str(precision == "tf32").lower(),
+                "tf32": f"{tf32} (tf.config.experimental.tensor_float_32_execution_enabled)" if on_gpu else "n/a (CPU)",
                 "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
                 "threads": str(tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count())},
     )
-    return TensorFlowPolicy(device, precision)
+    return TensorFlowPolicy(device, precision, xla)
 
 
 def layout(device: str) -> str:
     """NCHW on a GPU (cuDNN's native layout; FAIRNESS.md: layouts); NHWC on the CPU, the only layout of
     TensorFlow's CPU convolution and pooling kernels."""
     return "NCHW" if device == "cuda" else "NHWC"
-
-
-def tf_function(function):
-    """One compiled graph per step: tf.function, with XLA when ROSETTA_XLA=1."""
-    return tf.function(function, jit_compile=XLA)
 
 
 def glorot_uniform(shape, fan_in: int, fan_out: int) -> tf.Variable:
@@ -113,10 +120,11 @@ def record_peak_memory(run: Run, policy: TensorFlowPolicy) -> None:
 
 # --- the loops ----------------------------------------------------------------------------------
 
-def make_train_step(model: tf.Module, optimizer: tf.Module, loss_function):
+def make_train_step(run: Run, policy: TensorFlowPolicy, model: tf.Module, optimizer: tf.Module, loss_function):
     """One compiled step: forward in training mode, the loss, its gradients, the optimizer's update."""
-    @tf_function
+    @policy.compile
     def train_step(inputs, labels):
+        run.note_trace("train_step")  # Python runs this line only while tracing: a retrace shows in the count
         with tf.GradientTape() as tape:
             loss = loss_function(model(inputs, training=True), labels)
         variables = model.trainable_variables
@@ -125,16 +133,34 @@ def make_train_step(model: tf.Module, optimizer: tf.Module, loss_function):
     return train_step
 
 
+def pad_batch(x: np.ndarray, y: np.ndarray, batch_size: int):
+    """The test set's last, partial batch padded to the batch size, so evaluation keeps the one
+    compiled shape (no second trace, no second XLA compilation inside the timed test pass): the
+    padding rows are zeros labelled -1, which no prediction equals."""
+    missing = batch_size - len(y)
+    if missing <= 0:
+        return x, y
+    return (np.concatenate([x, np.zeros((missing,) + x.shape[1:], x.dtype)]),
+            np.concatenate([y, np.full(missing, -1, y.dtype)]))
+
+
 def train_and_evaluate(run: Run, policy: TensorFlowPolicy, model: tf.Module, optimizer: tf.Module,
                        loss_function, data) -> None:
     """Train with `loop.train`, then count correct test predictions on the device."""
     with run.phase("model_build"):
-        train_step = make_train_step(model, optimizer, loss_function)
-        predict = tf_function(lambda inputs: tf.argmax(model(inputs, training=False), axis=1))  # dropout off
+        train_step = make_train_step(run, policy, model, optimizer, loss_function)
+
+        @policy.compile
+        def count_correct(inputs, labels):  # dropout off (FAIRNESS.md: eval-mode: training=False)
+            run.note_trace("eval_step")
+            predictions = tf.argmax(model(inputs, training=False), axis=1, output_type=labels.dtype)
+            return tf.reduce_sum(tf.cast(predictions == labels, tf.int64))
     run.set_parameter_count(parameter_count(model))
+    run.set_provenance(extras={"optimizer": optimizer.description})
     loop.train(run, data, train_step)
-    # an int64 count summed on the device, read once (FAIRNESS.md: eval-mode: training=False)
-    loop.evaluate(run, data, lambda inputs, labels: tf.reduce_sum(tf.cast(predict(inputs) == labels, tf.int64)))
+    # an int64 count summed on the device, read once
+    batch_size = run.settings.batch_size
+    loop.evaluate(run, data, lambda inputs, labels: count_correct(*pad_batch(inputs, labels, batch_size)))
     record_peak_memory(run, policy)
 
 
@@ -143,21 +169,31 @@ def parity_steps(run: Run, policy: TensorFlowPolicy, model: tf.Module, optimizer
     """The logits on the canonical weights, and after `canonical.PARITY_STEPS` of the benchmark's
     own step (a model for parity is built with its dropout off: dropout is random)."""
     run.set_parameter_count(parameter_count(model))
+    run.set_provenance(extras={"optimizer": optimizer.description})
     tensors = {"x": tf.constant(batch["x"]), "y": tf.constant(batch["y"])}
     return loop.parity_outputs(lambda inputs: model(inputs, training=False),
-                               make_train_step(model, optimizer, loss_function), tensors,
+                               make_train_step(run, policy, model, optimizer, loss_function), tensors,
                                to_numpy=lambda tensor: tensor.numpy())
 
 
+def make_forward(run: Run, policy: TensorFlowPolicy, model: tf.Module):
+    """ResNet-50's forward-only graph: no tape, no gradients (FAIRNESS.md: eval-mode)."""
+    @policy.compile
+    def forward(images):
+        run.note_trace("forward")
+        return model(images)
+    return forward
+
+
 def extract_features(run: Run, policy: TensorFlowPolicy, model: tf.Module, images) -> None:
-    """ResNet-50's timed inference: one forward-only graph, no tape, no gradients (FAIRNESS.md: eval-mode)."""
+    """ResNet-50's timed inference; every batch's features are copied to the host inside its time."""
     with run.phase("model_build"):
-        forward = tf_function(model)
+        forward = make_forward(run, policy, model)
     run.set_parameter_count(parameter_count(model))
-    loop.infer(run, images, forward)
+    loop.infer(run, images, forward, to_host=lambda features: features.numpy())
     record_peak_memory(run, policy)
 
 
 def parity_features(run: Run, policy: TensorFlowPolicy, model: tf.Module, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
-    return {"features": tf_function(model)(tf.constant(batch["x"])).numpy()}
+    return {"features": make_forward(run, policy, model)(tf.constant(batch["x"])).numpy()}
