@@ -1,12 +1,19 @@
-"""The layout and optimizer conversions the Chainer rows rely on, checked in numpy on tiny tensors.
+"""The layout and optimizer conversions the Chainer rows rely on, checked in numpy on tiny tensors,
+then the rules the Chainer cells keep, checked on real cells in Chainer's own environment.
 
-No Chainer import: Chainer's formulas are written out here as its source (chainer 7.8.1) computes
-them, so these tests run in the host environment; the parity check runs the real thing.
+The first part imports no Chainer: Chainer's formulas are written out here as its source (chainer
+7.8.1) computes them, so these tests run in the host environment; the parity check runs the real
+thing. The last part runs smoke cells with Chainer's cached CPU environment
+(tests/framework_cells.py; skipped where there is none): the same start (--init canonical) and what
+the result records about what ran.
 """
+import json
 import math
 
 import numpy as np
+import pytest
 
+from framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
 from numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical
 
@@ -122,3 +129,84 @@ def test_resnet_stem_pool_needs_cover_all_false():
     assert pooled_size(112, 3, 2, 1, cover_all=False) == 56
     assert pooled_size(112, 3, 2, 1, cover_all=True) == 57
     assert pooled_size(32, 2, 2, 0, cover_all=False) == 16
+
+
+# --- the real thing, in Chainer's own environment -------------------------------------------------------
+
+# A few steps are enough (nothing is compiled, so there is no retrace to catch): Chainer on NumPy is slow.
+GRU_CELL = {"max_train_batches": 2, "max_eval_batches": 1}
+CNN_CELL = {"max_train_batches": 4, "max_eval_batches": 1,
+            "dropout_conv": 0.0, "dropout_dense": 0.0}  # no dropout: the first loss is numpy's
+ONE_STEP = {"max_train_batches": 1, "max_eval_batches": 1}
+
+
+def test_gru_cell_starts_canonical_and_records_the_kernel_it_ran(tmp_path):
+    result, _, _ = run_cell(framework_python("chainer"), "gru", "chainer", tmp_path, overrides=GRU_CELL)
+    samples, extras = result["samples"], result["provenance"]["extras"]
+    assert result["status"] == "ok" and samples["epoch_steps"] == [GRU_CELL["max_train_batches"]]
+    assert extras["init"] == "canonical"
+    assert samples["first_loss"] == pytest.approx(expected_first_loss("gru", GRU_CELL), rel=1e-5)
+    # read from the graph the first step built: no cuDNN on the CPU, so Chainer's per-step loop
+    assert extras["gru_kernel"] == "python-loop: Chainer's n_step_rnn_impl, one step at a time in NumPy (no cuDNN)"
+    assert extras["optimizer"] == ("chainer.optimizers.Adam (PaperAdam): written out in NumPy, several array "
+                                   "operations per parameter (its CPU update rule)")
+    assert extras["tf32"] == "n/a (CPU)"
+    assert samples["traces"] == {}  # define-by-run: nothing is traced or compiled
+
+
+def test_cnn_cell_starts_canonical_and_records_its_update_rule(tmp_path):
+    result, _, _ = run_cell(framework_python("chainer"), "cnn", "chainer", tmp_path, overrides=CNN_CELL)
+    samples, extras = result["samples"], result["provenance"]["extras"]
+    assert result["status"] == "ok" and extras["init"] == "canonical"
+    assert samples["first_loss"] == pytest.approx(expected_first_loss("cnn", CNN_CELL), rel=1e-5)
+    assert math.isfinite(samples["epoch_losses"][-1])  # sane (status ok: the validity gate passed it too)
+    assert extras["optimizer"].startswith("chainer.optimizers.MomentumSGD: written out in NumPy")
+    assert "gru_kernel" not in extras
+
+
+def test_init_framework_keeps_chainers_initialisers(tmp_path):
+    result, _, _ = run_cell(framework_python("chainer"), "gru", "chainer", tmp_path, overrides=ONE_STEP,
+                            arguments=["--init", "framework"])
+    assert result["status"] == "ok" and result["provenance"]["extras"]["init"] == "framework"
+    assert result["samples"]["first_loss"] != pytest.approx(expected_first_loss("gru", ONE_STEP), rel=1e-3)
+
+
+def test_gru_kernel_is_read_from_the_graph_and_tf32_must_be_off_before_import():
+    code = """
+import json
+import chainer, chainer.functions as F, numpy as np
+from chainer.functions.rnn import n_step_rnn
+from workloads.runtime import chainer as runtime
+
+class CudnnLike(n_step_rnn.BaseNStepRNN):  # a stand-in for cuDNN's NStepGRU node (no GPU here)
+    def __init__(self):
+        pass
+    def check_type_forward(self, in_types):
+        pass
+    def forward(self, inputs):
+        return inputs[0] * 1,
+    def backward(self, inputs, grads):
+        return grads
+
+facts = {}
+hidden = chainer.Variable(np.ones((1, 3, 4), np.float32))
+through_link = F.permutate(CudnnLike()(hidden), np.array([2, 0, 1], np.int32), axis=1, inv=True)
+facts["cudnn"] = runtime.gru_kernel_of(through_link)
+facts["loop"] = runtime.gru_kernel_of(F.permutate(F.stack([hidden[0] * 2]), np.array([0], np.int32), axis=0))
+with chainer.no_backprop_mode():
+    facts["no_graph"] = runtime.gru_kernel_of(F.permutate(hidden, np.array([0], np.int32), axis=0))
+try:
+    runtime.tf32_report()
+    facts["without_override"] = "ran"
+except RuntimeError as error:
+    facts["without_override"] = str(error)
+print(json.dumps(facts))
+"""
+    facts = json.loads(run_snippet(framework_python("chainer"), code).splitlines()[-1])
+    assert facts["cudnn"] == "cudnn: chainer.functions CudnnLike (cuDNN's fused RNN)"
+    assert facts["loop"].startswith("python-loop: ")
+    assert facts["no_graph"] is None
+    assert "NVIDIA_TF32_OVERRIDE=0 set before Chainer is imported" in facts["without_override"]
+    with_override = run_snippet(framework_python("chainer"), "from workloads.runtime import chainer as runtime\n"
+                                "print(runtime.tf32_report())", env={"NVIDIA_TF32_OVERRIDE": "0"})
+    assert with_override.strip().startswith("off: NVIDIA_TF32_OVERRIDE=0 in the process environment")

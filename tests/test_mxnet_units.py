@@ -1,13 +1,20 @@
-"""The layout and optimizer facts the MXNet workloads rely on, checked with numpy only.
+"""The layout and optimizer facts the MXNet workloads rely on, checked with numpy, then the rules the
+MXNet cells keep, checked on real cells in MXNet's own environment.
 
-MXNet itself is not needed (workloads.runtime.mxnet imports without it; only its numpy helpers are
-used here). Each test states, in numpy, what an MXNet operator computes in the layout the workload
-files use, and compares it with the canonical computation.
+The first part needs no MXNet (workloads.runtime.mxnet imports without it; only its numpy helpers
+are used): each test states, in numpy, what an MXNet operator computes in the layout the workload
+files use, and compares it with the canonical computation. The last part runs smoke cells of the
+Gluon (mxnet) and Module (mxnet-module) rows with MXNet's cached CPU environment
+(tests/framework_cells.py; skipped where there is none): the same start (--init canonical), one
+graph build over 20 training steps, and what the result records about what ran.
 """
+import json
 import math
 
 import numpy as np
 import numpy_reference
+import pytest
+from framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
 
 from workloads.common import canonical
 from workloads.runtime import mxnet as mxnet_runtime
@@ -110,3 +117,115 @@ def test_mxnet_momentum_equals_plain_momentum_at_constant_lr():
         b = momentum * b + grad
         w_torch = w_torch - lr * b
     np.testing.assert_allclose(w_mx, w_torch, rtol=1e-12)
+
+
+# --- the real thing, in MXNet's own environment ---------------------------------------------------------
+
+STEPS = 20  # at least 20 training steps: a graph rebuilt after the first would show in samples.traces
+GRU_CELL = {"max_train_batches": STEPS, "max_eval_batches": 1}
+# no dropout, so that the first step's loss is numpy's on the canonical weights (Dropout(0) is the identity)
+CNN_CELL = {"max_train_batches": STEPS, "max_eval_batches": 1, "dropout_conv": 0.0, "dropout_dense": 0.0}
+ONE_STEP = {"max_train_batches": 1, "max_eval_batches": 1}
+# what each row counts in samples.traces: Gluon's graph builds, the Module's bound executors
+TRACED = {"mxnet": "hybrid_forward", "mxnet-module": "train_step"}
+SGD_OPERATORS = ["mxnet.optimizer.optimizer:multi_sgd_mom_update", "mxnet.optimizer.optimizer:sgd_mom_update"]
+
+
+@pytest.mark.parametrize("framework", ["mxnet", "mxnet-module"])
+def test_gru_cell_starts_canonical_builds_its_graph_once_and_records_what_ran(tmp_path, framework):
+    result, counts, stdout = run_cell(framework_python(framework), "gru", framework, tmp_path, overrides=GRU_CELL,
+                                      count=["mxnet.ndarray:adam_update"], env={"DNNL_VERBOSE": "1"})
+    samples, extras = result["samples"], result["provenance"]["extras"]
+    assert result["status"] == "ok" and samples["epoch_steps"] == [STEPS]
+    assert samples["traces"] == {TRACED[framework]: 1}  # one graph for every step: nothing retraced
+    # the same start: the first step's loss is numpy's on the canonical weights and the same first batch
+    assert extras["init"] == "canonical"
+    assert samples["first_loss"] == pytest.approx(expected_first_loss("gru", GRU_CELL), rel=1e-5)
+    # the optimizer named is the operator that ran: one adam_update per parameter per step
+    assert extras["optimizer"].startswith("mx.nd.adam_update (built-in fused op")
+    parameters = 7 if framework == "mxnet" else 4  # Gluon splits the GRU's weights; mx.sym.RNN packs them in one
+    assert counts["mxnet.ndarray:adam_update"] == STEPS * parameters
+    # the GRU kernel named is the one oneDNN itself reports running (DNNL_VERBOSE traces each primitive)
+    assert extras["gru_kernel"].startswith("fused-cpu: oneDNN GRU primitive")
+    assert "dnnl_verbose,exec,cpu,rnn," in stdout
+    assert extras["tf32"] == "n/a (CPU)"
+
+
+def test_gru_kernel_record_follows_mxnet_when_onednns_rnn_is_off(tmp_path):
+    result, _, stdout = run_cell(framework_python("mxnet"), "gru", "mxnet", tmp_path, overrides=ONE_STEP,
+                                 env={"DNNL_VERBOSE": "1", "MXNET_USE_MKLDNN_RNN": "0"})
+    assert result["status"] == "ok"
+    assert result["provenance"]["extras"]["gru_kernel"].startswith("fused-cpu: MXNet's own C++ GRU kernel")
+    assert "dnnl_verbose,exec,cpu,rnn," not in stdout
+
+
+@pytest.mark.parametrize("framework", ["mxnet", "mxnet-module"])
+def test_cnn_cell_starts_canonical_builds_its_graph_once_and_records_its_fused_sgd(tmp_path, framework):
+    result, counts, _ = run_cell(framework_python(framework), "cnn", framework, tmp_path, overrides=CNN_CELL,
+                                 count=SGD_OPERATORS)
+    samples, extras = result["samples"], result["provenance"]["extras"]
+    assert result["status"] == "ok" and samples["epoch_steps"] == [STEPS]
+    assert samples["traces"] == {TRACED[framework]: 1}
+    assert extras["init"] == "canonical"
+    assert samples["first_loss"] == pytest.approx(expected_first_loss("cnn", CNN_CELL), rel=1e-5)
+    assert extras["optimizer"].startswith("mx.nd.multi_sgd_mom_update (built-in fused multi-tensor op, 4 parameters")
+    # 12 parameters, 4 per call: 3 multi-tensor calls a step, and never the one-parameter operator
+    assert counts == {SGD_OPERATORS[0]: 3 * STEPS, SGD_OPERATORS[1]: 0}
+    assert math.isfinite(samples["epoch_losses"][-1])  # sane (status ok: the validity gate passed it too)
+
+
+def test_init_framework_keeps_mxnets_initialisers(tmp_path):
+    result, _, _ = run_cell(framework_python("mxnet"), "gru", "mxnet", tmp_path, overrides=ONE_STEP,
+                            arguments=["--init", "framework"])
+    assert result["status"] == "ok" and result["provenance"]["extras"]["init"] == "framework"
+    assert result["samples"]["first_loss"] != pytest.approx(expected_first_loss("gru", ONE_STEP), rel=1e-3)
+
+
+def test_tf32_is_kept_out_before_import_and_the_cuda_facts_are_read_from_the_loaded_libraries():
+    code = """
+import json, os
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import Cell
+from workloads.runtime import mxnet as runtime
+facts = {}
+run = Run(Cell(framework="mxnet", workload="cnn", profile="smoke"), device="cpu")
+runtime.select_device(run)
+facts["tf32_cpu"] = run.result.provenance.extras["tf32"]
+facts["gpu_name_cpu"] = run.result.provenance.gpu_name
+facts["override_after_select"] = os.environ.get("NVIDIA_TF32_OVERRIDE")  # select_device no longer sets it
+try:
+    runtime.tf32_report(on_gpu=True)
+    facts["gpu_without_override"] = "ran"
+except RuntimeError as error:
+    facts["gpu_without_override"] = str(error)
+try:
+    runtime.select_device(Run(Cell(framework="mxnet", workload="cnn", profile="smoke", precision="tf32"), device="cpu"))
+except Unsupported as reason:
+    facts["tf32_cell"] = str(reason)
+runtime.mx.context.num_gpus = lambda: 1  # as if on a GPU: the refusals come before any GPU work
+try:
+    runtime.select_device(Run(Cell(framework="mxnet", workload="cnn", profile="smoke", precision="tf32")))
+except Unsupported as reason:
+    facts["tf32_gpu_cell"] = str(reason)
+try:
+    runtime.select_device(Run(Cell(framework="mxnet", workload="cnn", profile="smoke")))
+except RuntimeError as error:
+    facts["fp32_gpu_cell"] = str(error)
+facts["libmxnet_mapped"] = runtime._loaded_library("libmxnet") is not None
+facts["cudnn"], facts["cudart"] = runtime._cudnn_version(), runtime._cuda_runtime_version()
+facts["device_name"] = runtime._cuda_device_name(0)
+print(json.dumps(facts))
+"""
+    facts = json.loads(run_snippet(framework_python("mxnet"), code).splitlines()[-1])
+    assert facts["tf32_cpu"] == "n/a (CPU)" and facts["gpu_name_cpu"] is None
+    assert facts["override_after_select"] is None
+    assert "NVIDIA_TF32_OVERRIDE=0 set before MXNet is imported" in facts["gpu_without_override"]
+    assert facts["tf32_cell"].startswith("tf32 needs a CUDA GPU")
+    assert facts["tf32_gpu_cell"].startswith("MXNet 1.9.1 has no TF32 switch")  # unsupported, never fp32 relabelled
+    assert "NVIDIA_TF32_OVERRIDE=0 set before MXNet is imported" in facts["fp32_gpu_cell"]
+    assert facts["libmxnet_mapped"]  # the /proc/self/maps reader finds what is loaded
+    assert facts["cudnn"] is None and facts["cudart"] is None  # the CPU build loads neither
+    assert facts["device_name"] is None or isinstance(facts["device_name"], str)
+    with_override = run_snippet(framework_python("mxnet"), "from workloads.runtime import mxnet as runtime\n"
+                                "print(runtime.tf32_report(on_gpu=True))", env={"NVIDIA_TF32_OVERRIDE": "0"})
+    assert with_override.strip().startswith("off: NVIDIA_TF32_OVERRIDE=0 in MXNet's C environment")

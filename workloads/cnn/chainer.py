@@ -83,6 +83,9 @@ def run(run: Run) -> None:
     with run.phase("model_build"):
         model = VGGStyleCNN(s)
         model.to_device(policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s)
     runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
 

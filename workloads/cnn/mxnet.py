@@ -82,6 +82,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         net = build(s, policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(net, weights)
         trainer = make_trainer(net, s)
     runtime.train_and_evaluate(run, policy, net, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
 

@@ -78,6 +78,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         module = build(s, policy.device, s.batch_size)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(module, weights)
     runtime.train_and_evaluate(run, policy, module, data)
 
 

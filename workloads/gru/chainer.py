@@ -37,10 +37,13 @@ class GRUClassifier(chainer.Chain):
             # one layer, unidirectional, no dropout; cuDNN's fused GRU on a GPU
             self.gru = L.NStepGRU(1, s.embedding_size, s.hidden_size, dropout=0.0)
             self.dense = L.Linear(s.hidden_size, s.classes)
+        self.gru_kernel = None  # what the GRU ran, read from the first graph built (runtime.gru_kernel_of)
 
     def forward(self, tokens):  # tokens: (batch, time) int32
         sequences = F.separate(self.embedding(tokens), axis=0)  # batch x (time, embedding)
         last, _ = self.gru(None, list(sequences))  # final hidden state: (layers, batch, hidden)
+        if self.gru_kernel is None:
+            self.gru_kernel = runtime.gru_kernel_of(last)  # cuDNN's node or the per-step loop's; None without a graph
         return self.dense(last[-1])
 
 
@@ -98,8 +101,12 @@ def run(run: Run) -> None:
     with run.phase("model_build"):
         model = GRUClassifier(s)
         model.to_device(policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s)
     runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
+    run.set_provenance(extras={"gru_kernel": model.gru_kernel or "unknown: no training step built a graph"})
 
 
 # --- parity -------------------------------------------------------------------------------------

@@ -81,7 +81,11 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = build(s, policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         trainer = make_trainer(model, s)
+    run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
     runtime.train_and_evaluate(run, policy, model, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
 
 

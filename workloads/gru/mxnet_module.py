@@ -77,6 +77,10 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         module = build(s, policy.device, s.batch_size)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(module, weights)
+    run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
     runtime.train_and_evaluate(run, policy, module, data)
 
 

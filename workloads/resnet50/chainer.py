@@ -114,6 +114,9 @@ def run(run: Run) -> None:
     with run.phase("model_build"):
         model = ResNet50Features()
         model.to_device(policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     # train=False: batch norm on running statistics; no_backprop_mode: no graph (FAIRNESS.md: eval-mode)
     runtime.extract_features(run, policy, model, images)
 

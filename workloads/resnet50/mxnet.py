@@ -113,6 +113,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = build(policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     # outside autograd.record: no gradients, batch norm in predict mode (FAIRNESS.md: eval-mode)
     runtime.extract_features(run, policy, model, images)
 

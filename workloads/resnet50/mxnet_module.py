@@ -89,6 +89,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         module = build(s, policy.device, s.batch_size)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(module, weights)
     # bound for_training=False and forward(is_train=False): no gradients (FAIRNESS.md: eval-mode)
     runtime.extract_features(run, policy, module, images)
 

@@ -3,14 +3,21 @@
 Chainer 7.8.1 is the last release (end of life). It runs on NumPy on the CPU and on CuPy on an
 NVIDIA GPU; `chainer.config.train` switches dropout and batch norm between training and inference.
 A workload hands its Chain (on the device), its optimizer (set up on the Chain) and its loss
-function; the step (forward, backward, update) is written once here.
+function; the step (forward, backward, update) is written once here. What ran is recorded in the
+result's extras: the update rule ("optimizer"), the GRU's kernel ("gru_kernel", detected from the
+graph the first training step built) and TF32 ("tf32"). Nothing is traced or compiled: Chainer is
+define-by-run, so ``samples.traces`` stays empty.
 """
 from __future__ import annotations
+
+import os
+from typing import Optional
 
 import numpy as np
 
 import chainer
 from chainer.backends import cuda
+from chainer.functions.rnn import n_step_rnn
 
 from workloads.common import loop
 from workloads.common.harness import Policy, Run, Unsupported
@@ -37,8 +44,12 @@ def select_device(run: Run) -> ChainerPolicy:
     precision = run.precision
     if not on_gpu and precision in ("tf32", "fp16", "bf16"):
         raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU (NumPy)")
-    if precision in ("tf32", "bf16"):
-        raise Unsupported(f"Chainer 7.8.1 has no {precision} switch (its CuPy and cuDNN predate it)")
+    if precision == "tf32":
+        raise Unsupported("Chainer 7.8.1 and CuPy 7.8 have no TF32 switch (CUPY_TF32 came with CuPy 8): without "
+                          "NVIDIA_TF32_OVERRIDE=0 cuDNN 8 may run the fp32 convolutions as TF32 on Ampere while "
+                          "cuBLAS keeps the matmuls fp32, a mix that is not a tf32 cell")
+    if precision == "bf16":
+        raise Unsupported("Chainer 7.8.1 has no bf16 switch (its CuPy and cuDNN predate it)")
     if precision == "fp16":
         raise Unsupported("fp16 (Chainer's 'mixed16' dtype with loss scaling) is not wired in this benchmark")
     chainer.config.train = True  # the loops below switch it off for evaluation and inference
@@ -48,6 +59,7 @@ def select_device(run: Run) -> ChainerPolicy:
     np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU
     if on_gpu:
         cupy = cuda.cupy
+        tf32 = tf32_report()  # checked before the device is used: before any cuBLAS or cuDNN handle
         device = chainer.get_device("@cupy:0")
         device.use()
         cupy.random.seed(SEED)
@@ -61,7 +73,8 @@ def select_device(run: Run) -> ChainerPolicy:
             cudnn_version=str(cuda.cudnn.getVersion()) if cuda.cudnn_enabled else None,
             gpu_name=name.decode() if isinstance(name, bytes) else str(name),
             extras={"layout": "NCHW / TNC", "cupy_version": cupy.__version__, "cudnn_autotune": "true",
-                    "cudnn_enabled": str(cuda.cudnn_enabled).lower()},
+                    "cudnn_enabled": str(cuda.cudnn_enabled).lower(),
+                    "tf32": tf32 + "; " + _cublas_math_mode()},
         )
     else:
         device = chainer.get_device("@numpy")
@@ -69,9 +82,38 @@ def select_device(run: Run) -> ChainerPolicy:
             framework_version=chainer.__version__,
             device="cpu",
             cuda_version=None, cudnn_version=None, gpu_name=None,
-            extras={"layout": "NCHW / TNC", "backend": "numpy", "numpy_version": np.__version__},
+            extras={"layout": "NCHW / TNC", "backend": "numpy", "numpy_version": np.__version__,
+                    "tf32": "n/a (CPU)"},
         )
     return ChainerPolicy(device, precision)
+
+
+def tf32_report() -> str:
+    """What this (fp32, GPU) process says about TF32: the NVIDIA_TF32_OVERRIDE value it holds.
+
+    Chainer 7.8.1 has no TF32 switch, and cuDNN 8 may run fp32 convolutions as TF32 on Ampere (CC
+    8.0, the newest GPU Chainer's CuPy supports) unless NVIDIA_TF32_OVERRIDE=0. cuBLAS and cuDNN
+    read it when their handles are created, which CuPy does lazily on first use: setting it after
+    that has no effect. So ``python -m workloads`` sets it before Chainer (and CuPy) is imported
+    (naming.precision_environment); this checks that it arrived, and an fp32 cell without it refuses
+    to run rather than time TF32 as fp32.
+    """
+    seen = os.environ.get("NVIDIA_TF32_OVERRIDE")
+    if seen != "0":
+        raise RuntimeError(f"fp32 needs NVIDIA_TF32_OVERRIDE=0 set before Chainer is imported (it is {seen!r}): "
+                           "run the cell through python -m workloads, which sets it")
+    return ("off: NVIDIA_TF32_OVERRIDE=0 in the process environment, set before import, so before any cuBLAS or "
+            "cuDNN handle; Chainer 7.8.1 and CuPy 7.8 have no TF32 switch of their own")
+
+
+def _cublas_math_mode() -> str:
+    """cuBLAS's math mode on CuPy's handle, as cuBLAS reports it (0 = CUBLAS_DEFAULT_MATH: no TF32)."""
+    try:
+        from cupy.cuda import cublas, device
+
+        return f"cuBLAS math mode {int(cublas.getMathMode(device.get_cublas_handle()))}"
+    except Exception as error:  # noqa: BLE001 - CuPy 7 may lack getMathMode; the record says so
+        return f"cuBLAS math mode unreadable ({type(error).__name__})"
 
 
 def _cupy_problem() -> str:
@@ -115,6 +157,40 @@ def peak_memory_mb(policy: ChainerPolicy) -> float | None:
     return None
 
 
+def optimizer_description(optimizer: chainer.Optimizer, model: chainer.Link) -> str:
+    """Which update `optimizer` runs on `model`'s parameters, from where they live (as Chainer's
+    UpdateRule decides it, per parameter): CuPy arrays take the rule's one CuPy elementwise kernel
+    per parameter, NumPy arrays its NumPy code, several array operations per parameter."""
+    base = next(cls for cls in type(optimizer).__mro__ if cls.__module__.startswith("chainer.optimizers"))
+    name = f"chainer.optimizers.{base.__name__}" + (f" ({type(optimizer).__name__})" if type(optimizer) is not base
+                                                     else "")
+    modules = {type(parameter.array).__module__.split(".")[0] for parameter in model.params()}
+    if modules == {"cupy"}:
+        return f"{name}: fused per parameter, one CuPy elementwise kernel each (Chainer has no multi-tensor update)"
+    if modules == {"numpy"}:
+        return f"{name}: written out in NumPy, several array operations per parameter (its CPU update rule)"
+    return f"{name}: parameters in {', '.join(sorted(modules))}"
+
+
+def gru_kernel_of(hidden: chainer.Variable) -> Optional[str]:
+    """What computed NStepGRU's final hidden state `hidden`, read from the graph it belongs to (None
+    without one, e.g. under no_backprop_mode). cuDNN's fused GRU is one NStepGRU function node (its
+    only node); otherwise Chainer ran its per-time-step loop (n_step_rnn_impl: a linear layer and the
+    gates for every step, in NumPy on the CPU)."""
+    node = hidden.creator_node
+    for _ in range(4):  # through the link's reordering of the batch (Permutate) to what computed it
+        if node is None:
+            return None
+        function = getattr(node, "function", node)  # old-style Functions sit in a FunctionAdapter
+        if isinstance(function, n_step_rnn.BaseNStepRNN):
+            return f"cudnn: chainer.functions {type(function).__name__} (cuDNN's fused RNN)"
+        if not node.inputs:
+            break
+        node = node.inputs[0].creator_node
+    where = "NumPy" if chainer.backend.get_array_module(hidden.array) is np else "CuPy"
+    return f"python-loop: Chainer's n_step_rnn_impl, one step at a time in {where} (no cuDNN)"
+
+
 # --- the loops ------------------------------------------------------------------------------------
 
 def _train_step(policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function):
@@ -137,6 +213,7 @@ def _logits(policy: ChainerPolicy, model: chainer.Chain):
 def train_and_evaluate(run: Run, policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function, data) -> None:
     """Train with `optimizer` on `loss_function(logits, labels)`, then count correct test predictions."""
     run.set_parameter_count(parameter_count(model))
+    run.set_provenance(extras={"optimizer": optimizer_description(optimizer, model)})
     with chainer.using_config("train", True):  # dropout on
         loop.train(run, data, _train_step(policy, model, optimizer, loss_function),
                    loss_value=lambda loss: float(loss.array))
@@ -162,7 +239,7 @@ def extract_features(run: Run, policy: ChainerPolicy, model: chainer.Chain, imag
     """Forward-only passes: batch norm on its running statistics, no graph (FAIRNESS.md: eval-mode)."""
     run.set_parameter_count(parameter_count(model))
     with chainer.using_config("train", False):
-        loop.infer(run, images, _logits(policy, model))
+        loop.infer(run, images, _logits(policy, model), to_host=to_host)  # inside every timed batch
     run.record_peak_device_memory(peak_memory_mb(policy))
 
 

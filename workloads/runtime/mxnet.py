@@ -1,5 +1,7 @@
 """MXNet's device, precision and provenance switches, shared by its Gluon and Module workloads, and
 the Gluon workloads' loops (the Module API's are in runtime/mxnet_module.py, on these switches).
+What ran is recorded in the result's extras: the update operator ("optimizer"), the RNN kernel
+("gru_kernel"), TF32 ("tf32"); a hybridized block's graph builds are counted in samples.traces.
 
 MXNet runs every operator asynchronously on its dependency engine: a Python call returns before
 the work is done, so honest timing needs ``mx.nd.waitall`` (``run.sync``) before each clock read.
@@ -10,8 +12,10 @@ packed parameter vector) stay importable without MXNet, for the unit tests.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -32,37 +36,127 @@ class MXNetPolicy(Policy):
 
 def select_device(run: Run) -> MXNetPolicy:
     """Pick the context, refuse what it cannot do (before any work), set the global switches."""
-    gpus = mx.context.num_gpus()
+    gpus = mx.context.num_gpus()  # the CUDA runtime's device count: no cuBLAS or cuDNN handle yet
     if run.requested_device == "cuda" and gpus == 0:
         raise Unsupported("no CUDA GPU visible to MXNet on this host (or this is the CPU build)")
     context = mx.gpu(0) if gpus > 0 and run.requested_device != "cpu" else mx.cpu()
     precision = run.precision
-    if context.device_type == "cpu" and precision != "fp32":
+    on_gpu = context.device_type == "gpu"
+    if not on_gpu and precision != "fp32":
         raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
+    if precision == "tf32":
+        raise Unsupported("MXNet 1.9.1 has no TF32 switch of its own: without NVIDIA_TF32_OVERRIDE=0 cuDNN 8 and "
+                          "cuBLAS 11 choose by their own defaults (cuDNN's fp32 convolutions may use TF32 on "
+                          "Ampere and newer), so a tf32 cell could not say what ran")
     if precision != "fp32":
-        # MXNet 1.9.1 has AMP (mxnet.contrib.amp) for fp16 and no TF32 / bf16 GPU switch; not wired up here.
+        # MXNet 1.9.1 has AMP (mxnet.contrib.amp) for fp16 and no bf16 GPU path; not wired up here.
         raise Unsupported(f"{precision} is not implemented for MXNet (fp32 only)")
-    # fp32 means true fp32: cuDNN 8 uses TF32 convolutions on Ampere by default; this turns it off.
-    os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
+    tf32 = tf32_report(on_gpu)  # fp32 means true fp32 (FAIRNESS.md: true-precision), checked before any work
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)
     np.random.seed(SEED)
     run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator
     features = mx.runtime.Features()
-    on_gpu = context.device_type == "gpu"
     run.set_provenance(
         framework_version=mx.__version__,
         device="cuda" if on_gpu else "cpu",
-        cuda_version=None,  # MXNet 1.9.1 does not report its CUDA version at run time; the variant names it
-        cudnn_version=None,
-        gpu_name=None,
+        # MXNet 1.9.1 reports neither its CUDA and cuDNN versions nor the GPU's name: read from the
+        # libraries it loaded and from the CUDA driver (nvidia-smi's name as the fallback)
+        cuda_version=_cuda_runtime_version() if on_gpu else None,
+        cudnn_version=_cudnn_version() if on_gpu else None,
+        gpu_name=(_cuda_device_name(context.device_id) or run.result.provenance.gpu.get("name")) if on_gpu else None,
         extras={"layout": "NCHW / TNC", "cudnn_autotune": os.environ["MXNET_CUDNN_AUTOTUNE_DEFAULT"],
-                "nvidia_tf32_override": "0",
+                "tf32": tf32,
                 "built_with": ", ".join(f"{name}={str(features.is_enabled(name)).lower()}"
                                         for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP")),
                 "context": str(context)},
     )
     return MXNetPolicy(context, precision)
+
+
+def tf32_report(on_gpu: bool) -> str:
+    """What MXNet's process reports about TF32 for this (fp32) cell: the NVIDIA_TF32_OVERRIDE value
+    in MXNet's own C environment, which cuBLAS and cuDNN read.
+
+    NVIDIA_TF32_OVERRIDE=0 is the only way to keep TF32 out of MXNet 1.9.1's fp32 cells (it has no
+    TF32 switch; cuDNN 8 may run fp32 convolutions as TF32 on Ampere and newer by default). cuBLAS and
+    cuDNN read the variable when their handles are created, and MXNet creates those lazily, on the
+    first operator that needs them: setting it after that has no effect, and setting it here would
+    depend on nothing having run yet. So ``python -m workloads`` sets it before MXNet is imported
+    (naming.precision_environment), and this only checks that it arrived: an fp32 GPU cell without
+    it refuses to run rather than time TF32 as fp32.
+    """
+    if not on_gpu:
+        return "n/a (CPU)"
+    seen = mx.util.getenv("NVIDIA_TF32_OVERRIDE")
+    if seen != "0":
+        raise RuntimeError(f"fp32 needs NVIDIA_TF32_OVERRIDE=0 set before MXNet is imported (it is {seen!r}): "
+                           "run the cell through python -m workloads, which sets it")
+    return ("off: NVIDIA_TF32_OVERRIDE=0 in MXNet's C environment (mx.util.getenv), set before import, so before "
+            "any cuBLAS or cuDNN handle; MXNet 1.9.1 has no TF32 switch of its own")
+
+
+# --- what MXNet 1.9.1 does not report itself: read from the CUDA libraries it loaded ---------------
+
+def _loaded_library(stem: str) -> Optional[str]:
+    """The path of the shared library named ``stem``* that this process has mapped, or None
+    (statically linked, not loaded, or no /proc)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith(stem):
+                    return fields[-1]
+    except OSError:
+        pass
+    return None
+
+
+def _cuda_runtime_version() -> Optional[str]:
+    """The CUDA runtime MXNet loaded (cudaRuntimeGetVersion), e.g. "11.2"; None when it is linked in
+    statically or cannot be read."""
+    path = _loaded_library("libcudart.so")
+    if path is None:
+        return None
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL(path).cudaRuntimeGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return f"{version.value // 1000}.{version.value % 1000 // 10}"
+
+
+def _cudnn_version() -> Optional[str]:
+    """The cuDNN MXNet loaded (cudnnGetVersion: major*1000 + minor*100 + patch for cuDNN 8), e.g. "8.1.1"."""
+    path = _loaded_library("libcudnn.so")
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(path)
+        library.cudnnGetVersion.restype = ctypes.c_size_t
+        version = int(library.cudnnGetVersion())
+    except (OSError, AttributeError):
+        return None
+    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
+def _cuda_device_name(ordinal: int) -> Optional[str]:
+    """The GPU's name from the CUDA driver API (libcuda, which a CUDA build of MXNet has loaded), or None."""
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            driver = ctypes.CDLL(name)
+        except OSError:
+            continue
+        try:
+            device, text = ctypes.c_int(), ctypes.create_string_buffer(256)
+            if (driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+                    and driver.cuDeviceGetName(text, len(text), device) == 0):
+                return text.value.decode(errors="replace") or None
+        except AttributeError:
+            pass
+        return None
+    return None
 
 
 def to_device(array: np.ndarray, policy: MXNetPolicy):
@@ -82,6 +176,11 @@ if mx is not None:
         Stock MXNet folds both bias corrections into the learning rate and adds epsilon to the
         uncorrected sqrt(v): w -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps). Scaling epsilon by
         sqrt(1-b2^t) makes that exactly w -= lr * m_hat / (sqrt(v_hat) + eps).
+
+        Each parameter is updated by MXNet's built-in fused ``adam_update`` (one kernel per parameter).
+        The multi-tensor ``contrib.multi_adamw_update`` would compute the same update (eta 1, wd 0), but
+        its GPU path copies the gradient scale to the host on every call (a blocking cudaMemcpy), a
+        per-step device sync PyTorch's fused Adam does not have; so it is not used.
         """
 
         def update(self, index, weight, grad, state):
@@ -94,6 +193,60 @@ if mx is not None:
                               lr=lr * math.sqrt(coef2) / coef1, wd=wd, beta1=self.beta1, beta2=self.beta2,
                               epsilon=self.epsilon * math.sqrt(coef2), rescale_grad=self.rescale_grad,
                               **({"clip_gradient": self.clip_gradient} if self.clip_gradient else {}))
+
+
+def optimizer_description(optimizer, weights) -> str:
+    """Which MXNet update operator `optimizer` runs on `weights` (the trained parameters' arrays),
+    read from the optimizer's own settings as MXNet 1.9.1's code decides it: its Updater hands SGD
+    ``aggregate_num`` parameters per call (MXNET_OPTIMIZER_AGGREGATION_SIZE, default 4) and SGD's
+    update runs the multi-tensor operator whenever every array is dense."""
+    name = type(optimizer).__name__
+    if isinstance(optimizer, PyTorchAdam):
+        return ("mx.nd.adam_update (built-in fused op, one kernel per parameter; learning rate and epsilon "
+                "rescaled by the bias corrections: PyTorch's Adam)")
+    if type(optimizer) is mx.optimizer.SGD:
+        operator = "sgd_mom_update" if optimizer.momentum > 0 else "sgd_update"
+        if all(weight.stype == "default" for weight in weights):
+            per_call = max(1, optimizer.aggregate_num)
+            return (f"mx.nd.multi_{operator} (built-in fused multi-tensor op, {per_call} parameters per call: "
+                    "MXNET_OPTIMIZER_AGGREGATION_SIZE)")
+        return f"mx.nd.{operator} (built-in fused op, one per parameter)"
+    return f"{name} (not described)"
+
+
+def gru_kernel(policy: MXNetPolicy) -> str:
+    """Which kernel MXNet's RNN operator (gluon.rnn.GRU and mx.sym.RNN alike) runs, as MXNet 1.9.1
+    decides it: cuDNN's on a GPU (its only GPU implementation); on the CPU oneDNN's RNN primitive when
+    MXNet is built with it and neither MXNET_MKLDNN_ENABLED=0 nor MXNET_USE_MKLDNN_RNN=0 turns it off,
+    else MXNet's own C++ GRU loop. Both CPU paths are one fused operator over every time step.
+    tests/test_mxnet_units.py checks the CPU answer against oneDNN's own trace (DNNL_VERBOSE)."""
+    features = mx.runtime.Features()
+    if policy.device.device_type == "gpu":
+        if features.is_enabled("CUDNN"):
+            return "cudnn: MXNet's RNN operator (mode gru) on cuDNN"
+        return "unknown: MXNet's RNN operator on a GPU without cuDNN"
+    if (features.is_enabled("MKLDNN") and mx.util.getenv("MXNET_MKLDNN_ENABLED") != "0"
+            and mx.util.getenv("MXNET_USE_MKLDNN_RNN") != "0"):
+        return "fused-cpu: oneDNN GRU primitive (MXNet's RNN operator, mode gru)"
+    return "fused-cpu: MXNet's own C++ GRU kernel (RNN operator, mode gru; oneDNN's RNN off)"
+
+
+def note_traces(run: Run, net) -> None:
+    """Count the Python traces of a hybridized block in ``samples.traces["hybrid_forward"]``.
+
+    A hybridized block runs its ``hybrid_forward`` on symbols once, on its first call, to build the
+    graph its CachedOp runs from then on (forward, and the backward derived from it); calls with
+    NDArrays are the imperative path. So the count is the number of graph builds: 1 when nothing
+    retraces (a new input shape is re-planned inside the CachedOp, with no new Python trace).
+    """
+    hybrid_forward = net.hybrid_forward
+
+    def traced(F, *args, **kwargs):
+        if F is mx.sym:  # only while building the graph
+            run.note_trace("hybrid_forward")
+        return hybrid_forward(F, *args, **kwargs)
+
+    net.hybrid_forward = traced
 
 
 # --- the Gluon loops ------------------------------------------------------------------------------
@@ -115,9 +268,17 @@ def _logits(policy: MXNetPolicy, net):
     return lambda x: net(to_device(x, policy))
 
 
+def to_host(array) -> np.ndarray:
+    return array.asnumpy()
+
+
 def train_and_evaluate(run: Run, policy: MXNetPolicy, net, trainer, loss_function, data) -> None:
     """Train with `trainer` on the per-sample `loss_function`, then count correct test predictions."""
-    run.set_parameter_count(parameter_count(net.collect_params()))
+    parameters = net.collect_params()
+    run.set_parameter_count(parameter_count(parameters))
+    run.set_provenance(extras={"optimizer": optimizer_description(
+        trainer.optimizer, [p.data() for p in parameters.values() if p.grad_req != "null"])})
+    note_traces(run, net)
     loop.train(run, data, _train_step(policy, net, trainer, loss_function),
                loss_value=lambda loss: loss.mean().asscalar())
     forward = _logits(policy, net)
@@ -130,17 +291,18 @@ def parity_steps(run: Run, policy: MXNetPolicy, net, trainer, loss_function, bat
     in predict mode, autograd.record(train_mode=False), returns wrong gradients for pooling)."""
     run.set_parameter_count(parameter_count(net.collect_params()))
     return loop.parity_outputs(_logits(policy, net), _train_step(policy, net, trainer, loss_function), batch,
-                               to_numpy=lambda logits: logits.asnumpy())
+                               to_numpy=to_host)
 
 
 def extract_features(run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> None:
     run.set_parameter_count(parameter_count(net.collect_params()))
-    loop.infer(run, images, _logits(policy, net))
+    note_traces(run, net)
+    loop.infer(run, images, _logits(policy, net), to_host=to_host)  # asnumpy: inside every timed batch
 
 
 def parity_features(run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(net.collect_params()))
-    return {"features": _logits(policy, net)(batch["x"]).asnumpy()}
+    return {"features": to_host(_logits(policy, net)(batch["x"]))}
 
 
 # --- numpy-only helpers (no MXNet needed) ---------------------------------------------------------

@@ -1,0 +1,133 @@
+"""Run real cells of a framework from the host's tests, in that framework's own environment.
+
+A framework is importable only in its own virtual environment (the local backend's cache,
+~/.cache/rosetta-bench/venvs/<framework>-cpu-<digest>, or the interpreter named by
+ROSETTA_<FRAMEWORK>_PYTHON); a test that needs one skips when there is none. ``run_cell`` runs
+``python -m workloads`` there through a small driver that can override the workload's settings
+(e.g. 20 training batches, or no dropout) and count calls to framework functions, and returns the
+result document. The first-batch helpers rebuild, in the host, the exact batch the harness feeds
+every framework first (same-data-feed), so a test can hold a framework's first loss to numpy's.
+"""
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Tuple
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs inside the framework's environment: argv = overrides (JSON), counted functions (JSON list of
+# "module:attribute"), the counts file, then python -m workloads' own arguments.
+_DRIVER = r"""
+import dataclasses, functools, importlib, json, sys
+overrides, counted, counts_path = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+from workloads.common import hyperparams
+settings = hyperparams.settings
+hyperparams.settings = lambda workload, profile: dataclasses.replace(settings(workload, profile), **overrides)
+counts = {}
+for target in counted:
+    module_name, attribute = target.split(":")
+    module = importlib.import_module(module_name)
+    function = getattr(module, attribute)
+    def counting(*args, _function=function, _target=target, **kwargs):
+        counts[_target] = counts.get(_target, 0) + 1
+        return _function(*args, **kwargs)
+    setattr(module, attribute, counting)
+    counts[target] = 0
+from workloads.__main__ import main
+code = main(sys.argv[4:])
+with open(counts_path, "w") as stream:
+    json.dump(counts, stream)
+sys.exit(code)
+"""
+
+
+def framework_python(framework: str) -> str:
+    """The interpreter of `framework`'s CPU environment, or skip the test."""
+    named = os.environ.get("ROSETTA_{}_PYTHON".format(framework.upper().replace("-", "_")))
+    if named:
+        return named
+    cache = Path(os.environ.get("ROSETTA_CACHE_DIR") or Path.home() / ".cache" / "rosetta-bench")
+    found = sorted(cache.glob(f"venvs/{framework}-cpu-*/bin/python"), key=lambda path: path.stat().st_mtime)
+    if not found:
+        pytest.skip(f"no {framework} environment here (python -m orchestrator run --backend local builds one in "
+                    f"{cache / 'venvs'}; or set ROSETTA_{framework.upper().replace('-', '_')}_PYTHON)")
+    return str(found[-1])
+
+
+def run_cell(python: str, workload: str, framework: str, folder: Path, *, overrides: Optional[dict] = None,
+             count: Iterable[str] = (), arguments: Iterable[str] = (), env: Optional[Dict[str, str]] = None,
+             timeout: float = 600) -> Tuple[dict, dict, str]:
+    """Run one smoke cell on synthetic data on the CPU; return (result, call counts, stdout)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out, counts = folder / f"{framework}-{workload}.json", folder / f"{framework}-{workload}.counts.json"
+    command = [python, "-c", _DRIVER, json.dumps(overrides or {}), json.dumps(list(count)), str(counts),
+               workload, "--framework", framework, "--profile", "smoke", "--data", "synthetic", "--device", "cpu",
+               "--out", str(out), *arguments]
+    completed = subprocess.run(command, capture_output=True, text=True, env=_environment(env), timeout=timeout,
+                               cwd=ROOT)
+    assert out.exists(), completed.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert completed.returncode == 0, (result.get("reason"), completed.stderr[-3000:])
+    return result, json.loads(counts.read_text()), completed.stdout
+
+
+def _environment(env: Optional[Dict[str, str]]) -> Dict[str, str]:
+    """This process's environment without NVIDIA_TF32_OVERRIDE (a cell sets what its precision needs
+    itself), the repository importable, then `env`."""
+    environment = {name: value for name, value in os.environ.items() if name != "NVIDIA_TF32_OVERRIDE"}
+    environment.update(PYTHONPATH=str(ROOT), **(env or {}))
+    return environment
+
+
+def run_snippet(python: str, code: str, env: Optional[Dict[str, str]] = None, timeout: float = 300) -> str:
+    """Run `code` in the framework's interpreter (the repository importable); return its stdout."""
+    completed = subprocess.run([python, "-c", code], capture_output=True, text=True, env=_environment(env),
+                               timeout=timeout, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout
+
+
+def first_batch(workload: str, overrides: Optional[dict] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """The first training batch the harness feeds every framework's smoke cell on synthetic data
+    (same-data-feed: the framework plays no part in it)."""
+    from workloads.common import hyperparams
+    from workloads.common.harness import Run
+    from workloads.common.result import Cell
+
+    run = Run(Cell(framework="pytorch", workload=workload, profile="smoke", data="synthetic"))
+    run.settings = dataclasses.replace(run.settings, **(overrides or {}))
+    assert workload in hyperparams.WORKLOADS
+    data = run.load_cifar10() if workload == "cnn" else run.load_imdb()
+    return next(iter(run.train_batches(data.x_train, data.y_train)))
+
+
+def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The mean softmax cross-entropy, in float64."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-log_probabilities[np.arange(len(labels)), labels].mean())
+
+
+def expected_first_loss(workload: str, overrides: Optional[dict] = None) -> float:
+    """numpy's loss on the canonical weights for the first batch (the model without dropout); the
+    batch does not depend on the framework, so it is computed once per workload and overrides."""
+    return _expected_first_loss(workload, json.dumps(overrides or {}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _expected_first_loss(workload: str, overrides: str) -> float:
+    import numpy_reference
+    from workloads.common import canonical
+
+    x, y = first_batch(workload, json.loads(overrides))
+    params = canonical.parameters(workload)
+    logits = numpy_reference.cnn_logits(params, x) if workload == "cnn" else numpy_reference.gru_logits(params, x)
+    return cross_entropy(logits, np.asarray(y, dtype=np.int64))
+
