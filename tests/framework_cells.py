@@ -43,21 +43,28 @@ from workloads.__main__ import main
 code = main(sys.argv[4:])
 with open(counts_path, "w") as stream:
     json.dump(counts, stream)
-sys.exit(code)
+sys.stdout.flush()
+sys.stderr.flush()
+import os
+os._exit(code)  # as python -m workloads does: no framework teardown (CNTK's can hang)
 """
 
 
 def framework_python(framework: str) -> str:
-    """The interpreter of `framework`'s CPU environment, or skip the test."""
-    named = os.environ.get("ROSETTA_{}_PYTHON".format(framework.upper().replace("-", "_")))
-    if named:
-        return named
-    cache = Path(os.environ.get("ROSETTA_CACHE_DIR") or Path.home() / ".cache" / "rosetta-bench")
-    found = sorted(cache.glob(f"venvs/{framework}-cpu-*/bin/python"), key=lambda path: path.stat().st_mtime)
-    if not found:
-        pytest.skip(f"no {framework} environment here (python -m orchestrator run --backend local builds one in "
-                    f"{cache / 'venvs'}; or set ROSETTA_{framework.upper().replace('-', '_')}_PYTHON)")
-    return str(found[-1])
+    """The interpreter of `framework`'s CPU environment (ROSETTA_<FRAMEWORK>_PYTHON, else the one the
+    local backend built and marked ready), or skip the test."""
+    variable = "ROSETTA_{}_PYTHON".format(framework.upper().replace("-", "_"))
+    if os.environ.get(variable):
+        return os.environ[variable]
+    from orchestrator import frameworks
+    from orchestrator.backends.local import READY_MARKER, LocalBackend
+
+    known = frameworks.discover()
+    venv = LocalBackend(known).environment_dir(known[framework].variant("cpu"), framework)
+    if not (venv / READY_MARKER).is_file():
+        pytest.skip(f"no {framework} environment: set {variable}, or let `python -m orchestrator run-matrix "
+                    f"--backend local --frameworks {framework}` build {venv}")
+    return str(venv / "bin" / "python")
 
 
 def run_cell(python: str, workload: str, framework: str, folder: Path, *, overrides: Optional[dict] = None,

@@ -5,17 +5,25 @@
 - the canonical -> Caffe2 layouts against numpy definitions of what Caffe2 computes (FC is
   x @ W.T + b; gru_cell's GRUCell with linear_before_reset=True feeding the GRUUnit operator);
 - the recorded wheel listing says what images/caffe2/FINDING.md says;
-- with a Python that has the cpu requirements (ROSETTA_CAFFE2_PYTHON), the real parity.
+- what the runtime sets, detects and counts (the executor option on every net, each net created
+  once, the GRU kernel read from the net, the features fetched inside every timed batch) on stand-ins;
+- with the local backend's cached cpu environment (or ROSETTA_CAFFE2_PYTHON), real cells with both
+  executors (the same start, 20 steps, what the result records: tests/framework_cells.py), and the
+  real parity.
 """
 import os
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from framework_cells import cross_entropy, first_batch, framework_python, run_cell
 from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from stand_ins import imported_over, refusing_package
-from workloads.common import canonical, hyperparams
+from workloads.common import canonical, hyperparams, options
+from workloads.common.harness import Run
+from workloads.common.result import Cell
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["workloads.cnn.caffe2", "workloads.resnet50.caffe2", "workloads.gru.caffe2", "workloads.runtime.caffe2"]
@@ -124,6 +132,126 @@ def test_the_recorded_wheel_listing_backs_the_finding():
     assert all("caffe2_pybind11_state" not in row[7] for row in rows if version(row[0]) > (1, 10, 2))
     assert all(row[4] == "0" for row in rows if version(row[0]) >= (1, 13, 0))  # no caffe2/python at all
     assert any(row[2] == "cp310" for row in rows if version(row[0]) == (1, 11, 0))  # the first cp310 wheels: none
+
+
+# --- what the runtime sets, detects and counts, on stand-ins ------------------------------------------------
+
+class FakeNet:
+    def __init__(self, name, ops=()):
+        self.name, self.proto = name, types.SimpleNamespace(type="", num_workers=0, op=list(ops))
+
+    def Name(self):  # noqa: N802 - Caffe2's spelling
+        return self.name
+
+    def Proto(self):  # noqa: N802
+        return self.proto
+
+
+def smoke_run(workload, **cell):
+    return Run(Cell("caffe2", workload, profile="smoke", data="synthetic", **cell), data_dir="/nonexistent")
+
+
+def test_every_net_gets_the_executor_option_and_is_created_once(modules, monkeypatch):
+    """FAIRNESS.md, explicit-options and trace-once: the option "executor" sets each net's type (and
+    async_scheduling's worker count) before CreateNet, and each CreateNet is counted per net."""
+    runtime = modules["workloads.runtime.caffe2"]
+    created = []
+    monkeypatch.setattr(runtime, "workspace", types.SimpleNamespace(CreateNet=lambda net: created.append(
+        (net.Name(), net.Proto().type, net.Proto().num_workers))))
+    run = smoke_run("cnn")
+    policy = runtime.Caffe2Policy("device option", "fp32", "cpu", executor="async_scheduling", workers=3)
+    runtime.create_net(run, policy, FakeNet("cnn_train"))
+    runtime.create_net(run, policy, FakeNet("cnn_test"))
+    simple = runtime.Caffe2Policy("device option", "fp32", "cpu", executor="simple")
+    runtime.create_net(run, simple, FakeNet("other"))
+    assert created == [("cnn_train", "async_scheduling", 3), ("cnn_test", "async_scheduling", 3),
+                       ("other", "simple", 0)]
+    assert run.result.samples.traces == {"cnn_train": 1, "cnn_test": 1, "other": 1}
+    assert runtime.describe_executor("async_scheduling", 3).startswith("async_scheduling (3 worker threads")
+    assert runtime.describe_executor("simple", 3).startswith("simple (")
+    with pytest.raises(ValueError):
+        runtime.describe_executor("dag", 3)
+    assert runtime.Caffe2Policy("d", "fp32", "cuda").workers == runtime.WORKERS_PER_DEVICE == 4
+    assert options.resolve("caffe2", {})["executor"] == runtime.ASYNC_SCHEDULING  # the option's default
+
+
+def op(kind, device_type=0, **arguments):
+    return types.SimpleNamespace(type=kind, device_option=types.SimpleNamespace(device_type=device_type),
+                                 arg=[types.SimpleNamespace(name=k, n=v) for k, v in arguments.items()])
+
+
+def test_the_gru_kernel_is_read_from_the_training_net(modules, monkeypatch):
+    """FAIRNESS.md, fused-rnn: what runs the recurrence, from the net's operators (and their device)."""
+    runtime = modules["workloads.runtime.caffe2"]
+    monkeypatch.setattr(runtime, "caffe2_pb2", types.SimpleNamespace(CUDA=1, CPU=0))
+    step_net = types.SimpleNamespace(op=[op("FC"), op("Sum"), op("GRUUnit")])
+    net = FakeNet("gru_train", [op("Gather"), op("RecurrentNetwork", step_net=step_net), op("FC")])
+    assert runtime.recurrent_kernel(net, 150) == ("scan: Caffe2's RecurrentNetwork operator runs its step net "
+                                                  "(FC, Sum, GRUUnit) for each of the 150 steps, on the CPU")
+    on_gpu = FakeNet("gru_train", [op("RecurrentNetwork", device_type=1, step_net=step_net)])
+    assert runtime.recurrent_kernel(on_gpu, 150).endswith("on CUDA")
+    assert runtime.recurrent_kernel(FakeNet("x", [op("Recurrent", device_type=1)]), 150).startswith("cudnn: ")
+    with pytest.raises(ValueError):
+        runtime.recurrent_kernel(FakeNet("x", [op("FC")]), 150)
+
+
+def test_resnet50_features_are_fetched_inside_every_timed_batch(modules, monkeypatch):
+    """FAIRNESS.md, host-copy: the features blob is fetched (FetchBlob: a numpy copy) in every batch,
+    warm and timed, not once at the end."""
+    runtime = modules["workloads.runtime.caffe2"]
+    calls = []
+    fake = types.SimpleNamespace(FeedBlob=lambda name, array, device_option=None: calls.append("feed"),
+                                 RunNet=lambda net: calls.append("run"),
+                                 FetchBlob=lambda name: calls.append("fetch " + name) or np.zeros((32, 2048)))
+    monkeypatch.setattr(runtime, "workspace", fake)
+    run = smoke_run("resnet50")
+    s = run.settings
+    assert s.batch_size == 32
+    model = types.SimpleNamespace(params=[], net="resnet50_features")
+    images = np.zeros((s.batch_size * max(s.batches, s.warmup_batches), *s.image_shape), np.float32)
+    runtime.extract_features(run, runtime.Caffe2Policy("d", "fp32", "cpu"), model, images)
+    assert calls == ["feed", "run", "fetch features"] * (s.warmup_batches + s.batches)
+    assert len(run.result.samples.batch_times_s) == s.batches
+
+
+def test_caffe2_says_fp32_has_no_tf32_to_refuse(modules):
+    runtime = modules["workloads.runtime.caffe2"]
+    assert runtime.TF32_ON_CPU == "n/a (CPU)" and runtime.TF32_ON_GPU.startswith("n/a (") and "CUDA 10.2" in \
+        runtime.TF32_ON_GPU
+
+
+# --- the real thing: the cached Caffe2 environment ---------------------------------------------------------
+
+@pytest.mark.parametrize("executor", ["async_scheduling", "simple"])
+def test_both_executors_train_twenty_gru_steps_from_the_canonical_start(executor, tmp_path, monkeypatch):
+    """FAIRNESS.md, explicit-options, same-start, trace-once, fused-optimizers, fused-rnn on the real
+    framework: either executor trains; the first loss is the canonical weights' loss on the first
+    batch (numpy); each net is created once in 20 steps; the result says what ran."""
+    python = framework_python("caffe2")
+    result, _, _ = run_cell(python, "gru", "caffe2", tmp_path, overrides={"max_train_batches": 20},
+                            arguments=["--option", "executor=" + executor])
+    extras, samples = result["provenance"]["extras"], result["samples"]
+    assert extras["option.executor"] == executor and extras["executor"].startswith(executor + " (")
+    assert extras["init"] == "canonical" and samples["epoch_steps"] == [20] and len(samples["batch_times_s"]) == 20
+    x, y = first_batch("gru", {"max_train_batches": 20})
+    expected = cross_entropy(gru_logits(canonical.parameters("gru"), x), y)
+    assert samples["first_loss"] == pytest.approx(expected, rel=1e-4)
+    assert samples["traces"] == {"gru_train": 1, "gru_test": 1}
+    assert extras["gru_kernel"].startswith("scan: Caffe2's RecurrentNetwork operator runs its step net (")
+    assert "GRUUnit) for each of the 150 steps, on the CPU" in extras["gru_kernel"]
+    assert extras["optimizer"].startswith("written out: PyTorch's Adam as ")
+    assert "Caffe2 operators per step for 11 parameters" in extras["optimizer"]
+    assert extras["tf32"] == "n/a (CPU)"
+
+
+def test_init_framework_keeps_caffe2s_start_and_the_cnn_uses_momentum_sgd_update(tmp_path):
+    python = framework_python("caffe2")
+    result, _, _ = run_cell(python, "cnn", "caffe2", tmp_path, arguments=["--init", "framework", "--option", "executor=simple"])
+    extras = result["provenance"]["extras"]
+    assert result["cell"]["init"] == "framework" and extras["init"] == "framework"
+    assert result["cell"]["options"] == {"executor": "simple"}
+    assert extras["optimizer"].startswith("built-in op: MomentumSGDUpdate, one per parameter (12 of ")
+    assert result["samples"]["traces"] == {"cnn_train": 1, "cnn_test": 1}
 
 
 @pytest.mark.e2e

@@ -5,21 +5,29 @@ CNTK 2.7 has wheels for Python <= 3.6, so the host's tests cannot import it. Wha
   use, so nothing touches the framework at import time and everything the tests call is numpy;
 - the layout conversions (canonical_arrays, pack_cudnn_gru) against numpy definitions of what CNTK,
   cuDNN and Keras 2.2 compute (written out here from their documented formulas);
+- what the runtimes detect and count (the GRU kernel, Keras' function builds, the host copy of the
+  features) on stand-ins;
 - the files those images hold parse as Python 3.6.
-With a Python 3.6 that has the cpu requirements (ROSETTA_CNTK_PYTHON, and OpenMPI on
-LD_LIBRARY_PATH, see images/cntk/Dockerfile.j2) the last test also runs the real thing.
+With the local backend's cached Python 3.6 environments (or ROSETTA_CNTK_PYTHON /
+ROSETTA_KERAS_CNTK_PYTHON) and a host OpenMPI runtime (linked under CNTK's names here, as
+images/cntk/openmpi-compat.sh does), real cells check the same start, the trace count over 20 steps
+and what each result records (tests/framework_cells.py); the last test runs the parity check.
 """
 import ast
 import os
+import subprocess
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from framework_cells import cross_entropy, first_batch, framework_python, run_cell
 from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from stand_ins import Refuses, imported_over
 from workloads.common import canonical, hyperparams
+from workloads.common.harness import Run
+from workloads.common.result import Cell
 
 ROOT = Path(__file__).resolve().parent.parent
 RNG = np.random.default_rng(0)
@@ -229,6 +237,156 @@ def test_cntk_plain_momentum_is_pytorchs():
         v_torch = momentum * v_torch + g
         w_torch = w_torch - lr * v_torch
     np.testing.assert_allclose(w_cntk, w_torch, rtol=1e-12)
+
+
+# --- what the runtimes detect and count, on stand-ins ----------------------------------------------------
+
+def smoke_run(framework, workload):
+    return Run(Cell(framework, workload, profile="smoke", data="synthetic"), data_dir="/nonexistent")
+
+
+def test_cntk_probes_the_cudnn_gru_and_checks_the_graph_it_built(modules, monkeypatch):
+    """FAIRNESS.md, fused-rnn: optimized_rnnstack where it runs on this device (probed, not assumed from
+    the device name), else the written-out cell, with CNTK's own refusal in gru_kernel."""
+    runtime = modules["workloads.runtime.cntk"]
+    policy = types.SimpleNamespace(device="cpu")
+    monkeypatch.setattr(runtime, "cudnn_gru_problem", lambda: None)
+    fused, kernel = runtime.choose_gru(policy)
+    assert fused and kernel.startswith("cudnn: ")
+    monkeypatch.setattr(runtime, "cudnn_gru_problem", lambda: "RNNForward -> Feature Not Implemented.")
+    fused, kernel = runtime.choose_gru(policy)
+    assert not fused and kernel.startswith("scan: ") and kernel.endswith("Feature Not Implemented.")
+    for ops, fused, right in (({"OptimizedRNNStack", "Times"}, True, True), ({"PastValue", "Times"}, False, True),
+                              ({"PastValue", "OptimizedRNNStack"}, False, False), ({"PastValue"}, True, False),
+                              ({"Times"}, False, False)):
+        monkeypatch.setattr(runtime, "graph_ops", lambda logits, ops=ops: ops)
+        if right:
+            runtime.check_gru_graph("logits", fused)
+        else:
+            with pytest.raises(AssertionError):
+                runtime.check_gru_graph("logits", fused)
+
+
+def test_keras_cntk_gru_kernel_is_read_from_the_graph(modules, monkeypatch):
+    runtime = modules["workloads.runtime.keras_cntk"]
+    model = types.SimpleNamespace(output="output")
+    monkeypatch.setattr(runtime, "graph_ops", lambda tensor: {"PastValue", "Times", "StableSigmoid"})
+    assert runtime.gru_kernel(model, 150).startswith("scan: Keras 2.2's K.rnn as CNTK's recurrent loop")
+    monkeypatch.setattr(runtime, "graph_ops", lambda tensor: {"Times", "StableSigmoid", "Slice"})  # unrolled
+    assert runtime.gru_kernel(model, 150).startswith("python-loop: ") and "150 times" in runtime.gru_kernel(model, 150)
+
+
+class FakeKerasModel:
+    """Keras 2.2's lazy functions: _make_*_function builds one when there is none, and keeps it."""
+
+    def __init__(self):
+        self.train_function = self.predict_function = None
+        self.trainable_weights = []
+
+    def _make_train_function(self):
+        if self.train_function is None:
+            self.train_function = object()
+
+    def _make_predict_function(self):
+        if self.predict_function is None:
+            self.predict_function = object()
+
+    def predict_on_batch(self, batch):
+        self._make_predict_function()
+        return np.zeros((len(batch), 2048), np.float32)
+
+
+def test_keras_cntk_counts_each_build_of_its_train_and_predict_functions(modules):
+    """FAIRNESS.md, trace-once: Keras 2.2 keeps its functions; a second build would be counted."""
+    runtime = modules["workloads.runtime.keras_cntk"]
+    run, model = smoke_run("keras-cntk", "gru"), FakeKerasModel()
+    runtime.count_function_builds(run, model)
+    for _ in range(20):
+        model._make_train_function()
+    model._make_predict_function()
+    assert run.result.samples.traces == {"train_function": 1, "predict_function": 1}
+    model.train_function = None  # what a recompile does: the next step builds it again
+    model._make_train_function()
+    assert run.result.samples.traces["train_function"] == 2
+
+
+def test_resnet50_features_reach_the_host_inside_every_timed_batch(modules):
+    """FAIRNESS.md, host-copy: both runtimes hand loop.infer a to_host that insists on a numpy array
+    (CNTK's eval and Keras' predict_on_batch return one, copied from the device)."""
+    cntk_runtime, keras_runtime = modules["workloads.runtime.cntk"], modules["workloads.runtime.keras_cntk"]
+    features = types.SimpleNamespace(arguments=("images",), parameters=[],
+                                     eval=lambda feed: np.zeros((len(feed["images"]), 2048), np.float32))
+    for framework, call in (("cntk", lambda run, images: cntk_runtime.extract_features(run, None, features, images)),
+                            ("keras-cntk", lambda run, images: keras_runtime.extract_features(
+                                run, None, FakeKerasModel(), images))):
+        run = smoke_run(framework, "resnet50")
+        s = run.settings
+        call(run, np.zeros((s.batch_size * max(s.batches, s.warmup_batches), *s.image_shape), np.float32))
+        assert len(run.result.samples.batch_times_s) == s.batches and run.result.status == "ok", framework
+    assert keras_runtime.host_array(np.zeros(2)).shape == (2,)
+    for host_array in (cntk_runtime.host_array, keras_runtime.host_array):
+        with pytest.raises(AssertionError):
+            host_array([np.zeros(2)])  # not a numpy array: not on the host as one
+
+
+def test_cntk_rows_say_fp32_has_no_tf32_to_refuse(modules):
+    for name in ("workloads.runtime.cntk", "workloads.runtime.keras_cntk"):
+        runtime = modules[name]
+        assert runtime.TF32_ON_CPU == "n/a (CPU)" and runtime.TF32_ON_GPU.startswith("n/a (") and "CUDA 10.0" in \
+            runtime.TF32_ON_GPU, name
+
+
+# --- the real thing: the cached Python 3.6 environments ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def openmpi(tmp_path_factory):
+    """LD_LIBRARY_PATH with this host's OpenMPI under the names CNTK 2.7 loads (images/cntk/openmpi-compat.sh)."""
+    folder = tmp_path_factory.mktemp("openmpi")
+    completed = subprocess.run([str(ROOT / "images" / "cntk" / "openmpi-compat.sh"), str(folder)],
+                               capture_output=True, text=True)
+    if completed.returncode != 0:
+        pytest.skip("no OpenMPI runtime on this host for CNTK 2.7: " + completed.stderr.strip())
+    return {"LD_LIBRARY_PATH": ":".join(filter(None, [str(folder), os.environ.get("LD_LIBRARY_PATH")]))}
+
+
+TRAIN_FUNCTIONS = {"cntk": {"train_graph": 1}, "keras-cntk": {"train_function": 1, "predict_function": 1}}
+
+
+@pytest.mark.parametrize("framework", ["cntk", "keras-cntk"])
+def test_twenty_gru_steps_from_the_canonical_start_build_once(framework, tmp_path, openmpi, monkeypatch):
+    """FAIRNESS.md, same-start, trace-once, fused-optimizers, fused-rnn, true-precision, on the real
+    framework: the first loss is the canonical weights' loss on the first batch (numpy), the graph or
+    Keras function is built once in 20 steps, and the result says which Adam and which GRU ran."""
+    python = framework_python(framework)
+    result, _, _ = run_cell(python, "gru", framework, tmp_path, overrides={"max_train_batches": 20}, env=openmpi)
+    extras, samples = result["provenance"]["extras"], result["samples"]
+    assert extras["init"] == "canonical" and samples["epoch_steps"] == [20] and len(samples["batch_times_s"]) == 20
+    x, y = first_batch("gru", {"max_train_batches": 20})
+    expected = cross_entropy(gru_logits(canonical.parameters("gru"), x), y)
+    assert samples["first_loss"] == pytest.approx(expected, rel=1e-4)
+    assert samples["traces"] == TRAIN_FUNCTIONS[framework]
+    assert extras["optimizer"].startswith("written out: ") and "epsilon" in extras["optimizer"]
+    assert extras["tf32"] == "n/a (CPU)" and extras["graph"]
+    if framework == "cntk":  # the probe ran optimized_rnnstack on the CPU, and CNTK refused it
+        assert extras["gru_kernel"].startswith("scan: the canonical cell in layers.Recurrence")
+        assert "Feature Not Implemented" in extras["gru_kernel"]
+        assert extras["optimizer"].startswith("written out: PyTorch's Adam as ") and " CNTK ops for 7 parameters" in \
+            extras["optimizer"]
+    else:
+        assert extras["gru_kernel"].startswith("scan: Keras 2.2's K.rnn as CNTK's recurrent loop")
+
+
+@pytest.mark.parametrize("framework", ["cntk", "keras-cntk"])
+def test_init_framework_keeps_the_framework_start_and_the_cnn_names_its_sgd(framework, tmp_path, openmpi):
+    python = framework_python(framework)
+    result, _, _ = run_cell(python, "cnn", framework, tmp_path, arguments=["--init", "framework"], env=openmpi)
+    extras = result["provenance"]["extras"]
+    assert result["cell"]["init"] == "framework" and extras["init"] == "framework"
+    assert result["samples"]["traces"] == TRAIN_FUNCTIONS[framework]
+    if framework == "cntk":
+        assert extras["optimizer"].startswith("built-in: C.momentum_sgd(unit_gain=False)")
+    else:
+        assert extras["optimizer"].startswith("written out: Keras 2.2's SGD(momentum)")
 
 
 # --- Python 3.6 ------------------------------------------------------------------------------------------

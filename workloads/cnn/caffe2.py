@@ -19,7 +19,8 @@ MATCHED = (
     "pad=1 on the stride-1 3x3 convolutions, as PyTorch's padding=1",
     "MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum at a constant rate (no unit gain)",
     "SoftmaxWithLoss: mean softmax cross-entropy over the batch, int32 labels",
-    "Glorot-uniform kernels as UniformFill (Caffe2's XavierFill is uniform over +-sqrt(3/fan_in)), zero biases",
+    "--init framework: Glorot-uniform kernels as UniformFill (Caffe2's XavierFill is uniform over "
+    "+-sqrt(3/fan_in)), zero biases",
     "two nets over the same blobs: dropout in the training net, is_test=1 in the test net (FAIRNESS.md: eval-mode)",
 )
 
@@ -57,31 +58,40 @@ def vgg_style_cnn(model, s, policy, is_test: bool, dropout: bool = True):
 
 # --- loss and optimizer ---------------------------------------------------------------------------
 
-def add_loss_and_sgd(model, s) -> None:
+def add_loss_and_sgd(model, s) -> str:
     """SoftmaxWithLoss, the batch mean (FAIRNESS.md: softmax-in-loss), its gradient operators, and
-    MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum (FAIRNESS.md: framework-defaults)."""
+    MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum (FAIRNESS.md: framework-defaults).
+    Returns what update runs (FAIRNESS.md: fused-optimizers), read from the operators build_sgd added."""
     _, loss = model.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])
     model.AddGradientOperators([loss])
+    before = runtime.count_ops(model.net)
     optimizer.build_sgd(model, base_learning_rate=s.learning_rate, policy="fixed", momentum=s.momentum,
                         nesterov=False)
+    added = [op.type for op in model.net.Proto().op[before:]]
+    updates = added.count("MomentumSGDUpdate")
+    assert updates == len(model.params), added
+    return ("built-in op: MomentumSGDUpdate, one per parameter ({} of {} operators optimizer.build_sgd added; "
+            "the rest are its iteration counter and fixed learning rate), plain momentum, no dampening").format(
+                updates, len(added))
 
 
 # --- the training and test nets ------------------------------------------------------------------
 
-def build(s, policy, dropout: bool = True):
+def build(run: Run, policy, dropout: bool = True):
     """The training model (forward, gradients, SGD updates) and the test model, over the same blobs,
-    initialised and instantiated (shapes come from a first batch's blobs)."""
+    initialised and instantiated (shapes come from a first batch's blobs); records the optimizer."""
+    s = run.settings
     train = model_helper.ModelHelper(name="cnn_train")
     test = model_helper.ModelHelper(name="cnn_test", init_params=False)
     with core.DeviceScope(policy.device):
         vgg_style_cnn(train, s, policy, is_test=False, dropout=dropout)
-        add_loss_and_sgd(train, s)
+        run.set_provenance(extras={"optimizer": add_loss_and_sgd(train, s)})
         vgg_style_cnn(test, s, policy, is_test=True, dropout=dropout)
     feed_batch(np.zeros((s.batch_size, *s.image_shape), np.float32), policy)
     runtime.feed("labels", np.zeros(s.batch_size, np.int32), policy.device)
     workspace.RunNetOnce(train.param_init_net)
-    workspace.CreateNet(train.net)
-    workspace.CreateNet(test.net)
+    runtime.create_net(run, policy, train.net)
+    runtime.create_net(run, policy, test.net)
     return train, test
 
 
@@ -114,12 +124,14 @@ def load_canonical(model, params: dict, policy) -> None:
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
-    s = run.settings
     policy = runtime.select_device(run)
     with run.phase("data_load"):
         data = run.load_cifar10()
     with run.phase("model_build"):
-        train, test = build(s, policy)
+        train, test = build(run, policy)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(train, weights, policy)
     classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
     runtime.train_and_evaluate(run, policy, classifier, data)
 
@@ -129,7 +141,7 @@ def run(run: Run) -> None:
 def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    train, test = build(run.settings, policy, dropout=False)
+    train, test = build(run, policy, dropout=False)
     load_canonical(train, params, policy)
     classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
     return runtime.parity_steps(run, policy, classifier, batch)

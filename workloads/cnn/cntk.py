@@ -23,7 +23,7 @@ MATCHED = (
     "the learner gets the batch's mean gradient and applies the rate as is (minibatch_size=IGNORE: "
     "no rescaling by a reference minibatch size)",
     "one-hot float labels for cross_entropy_with_softmax, built on the host per batch",
-    "Glorot-uniform kernels and zero biases are CNTK's layer defaults",
+    "--init framework: Glorot-uniform kernels and zero biases, CNTK's layer defaults",
     "dropout is active in Trainer.train_minibatch only; eval() runs inference (FAIRNESS.md: eval-mode)",
 )
 
@@ -59,6 +59,11 @@ def vgg_style_cnn(s, dropout: bool = True):
 def loss(logits, labels):
     """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss), per sample: the Trainer averages the batch."""
     return C.cross_entropy_with_softmax(logits, labels)
+
+
+# what update ran (FAIRNESS.md: fused-optimizers): CNTK's own C++ learner, no ops written out
+OPTIMIZER = ("built-in: C.momentum_sgd(unit_gain=False), CNTK's C++ momentum learner (one update per parameter; "
+             "the plain momentum PyTorch's SGD computes, dampening 0)")
 
 
 def make_learner(logits, s):
@@ -98,8 +103,12 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         data = run.load_cifar10()
     with run.phase("model_build"):
-        logits, _ = vgg_style_cnn(s)
-        classifier = runtime.Classifier(logits, loss, make_learner(logits, s))
+        logits, layers = vgg_style_cnn(s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(layers, weights)
+        classifier = runtime.Classifier(run, logits, loss, make_learner(logits, s))
+    run.set_provenance(extras={"optimizer": OPTIMIZER})
     runtime.train_and_evaluate(run, policy, classifier, data)
 
 
@@ -111,4 +120,4 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     # dropout off for the steps too: dropout is random and frameworks' generators differ
     logits, layers = vgg_style_cnn(s, dropout=False)
     load_canonical(layers, params)
-    return runtime.parity_steps(run, policy, runtime.Classifier(logits, loss, make_learner(logits, s)), batch)
+    return runtime.parity_steps(run, policy, runtime.Classifier(run, logits, loss, make_learner(logits, s)), batch)

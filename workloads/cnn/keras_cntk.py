@@ -26,7 +26,7 @@ MATCHED = (
     "constant learning rate (no unit gain)",
     "loss: categorical_crossentropy(from_logits=True) on one-hot labels (Keras 2.2's sparse loss "
     "has no from_logits), the batch mean",
-    "Glorot-uniform kernels and zero biases are Keras' defaults",
+    "--init framework: Glorot-uniform kernels and zero biases, Keras' defaults",
 )
 
 
@@ -57,6 +57,10 @@ def vgg_style_cnn(s, dropout: bool = True) -> "keras.Model":
 
 
 # --- loss and optimizer -------------------------------------------------------------------------
+
+# what update ran (FAIRNESS.md: fused-optimizers)
+OPTIMIZER = runtime.WRITTEN_OUT.format("Keras 2.2's SGD(momentum) (v = m*v - lr*g, w += v)")
+
 
 def compile_model(model: "keras.Model", s) -> "keras.Model":
     model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
@@ -94,6 +98,10 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = compile_model(vgg_style_cnn(s), s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
+    run.set_provenance(extras={"optimizer": OPTIMIZER})
     runtime.train_and_evaluate(run, policy, model, data)
 
 

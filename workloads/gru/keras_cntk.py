@@ -29,7 +29,7 @@ MATCHED = (
     "sqrt(v-hat), as PyTorch and the paper's Algorithm 1 (stock Keras 2.2 Adam: 8.2e-4 relative "
     "difference after two steps, beyond tolerance)",
     "loss: categorical_crossentropy(from_logits=True) on one-hot labels, the batch mean",
-    "Keras' default initialisers: Glorot-uniform kernel, orthogonal recurrent kernel, zero biases, "
+    "--init framework: Keras' default initialisers, Glorot-uniform kernel, orthogonal recurrent kernel, zero biases, "
     "uniform(-0.05, 0.05) embedding",
 )
 
@@ -71,6 +71,10 @@ class Adam(keras.optimizers.Adam):
         return self.updates
 
 
+# what update ran (FAIRNESS.md: fused-optimizers); Keras 2.2's own Adam would be written out too, in Keras' form
+OPTIMIZER = runtime.WRITTEN_OUT.format("Adam, a Keras 2.2 Adam subclass with PyTorch's epsilon placement,")
+
+
 def compile_model(model: "keras.Model", s) -> "keras.Model":
     model.compile(optimizer=Adam(lr=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2, epsilon=s.epsilon),
                   loss=runtime.cross_entropy_from_logits)
@@ -106,6 +110,10 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = compile_model(gru_classifier(s), s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
+    run.set_provenance(extras={"optimizer": OPTIMIZER, "gru_kernel": runtime.gru_kernel(model, s.sequence_length)})
     runtime.train_and_evaluate(run, policy, model, data)
 
 
@@ -116,4 +124,5 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
     model = compile_model(gru_classifier(s), s)
     load_canonical(model, params)
+    run.set_provenance(extras={"optimizer": OPTIMIZER, "gru_kernel": runtime.gru_kernel(model, s.sequence_length)})
     return runtime.parity_steps(run, policy, model, batch)

@@ -2,7 +2,8 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing.
+The canonical weights (seeded; --init framework: the framework's initialisers) and random inputs (seed 0):
+weights do not change the timing.
 What to notice: batch norm is SpatialBN with is_test=1, reading the running mean and variance blobs
 (brew names the variance blob "_riv", a leftover of its inverse-variance days: it holds the variance).
 """
@@ -67,14 +68,15 @@ def resnet50_features(model, policy):
     return model.net.Flatten(x, "features")  # (N, 2048)
 
 
-def build(s, policy):
+def build(run: Run, policy):
     """The forward-only net (no gradient operators), initialised and instantiated."""
+    s = run.settings
     model = model_helper.ModelHelper(name="resnet50_features")
     with core.DeviceScope(policy.device):
         resnet50_features(model, policy)
     runtime.feed("images", np.zeros((s.batch_size, *s.image_shape), np.float32), policy.device)
     workspace.RunNetOnce(model.param_init_net)
-    workspace.CreateNet(model.net)
+    runtime.create_net(run, policy, model.net)
     return model
 
 
@@ -108,7 +110,10 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         images = run.random_images()
     with run.phase("model_build"):
-        model = build(run.settings, policy)
+        model = build(run, policy)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights, policy)
     # the warm pass takes allocation and cuDNN's algorithm search
     runtime.extract_features(run, policy, model, images)
 
@@ -117,6 +122,6 @@ def run(run: Run) -> None:
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
-    model = build(run.settings, policy)
+    model = build(run, policy)
     load_canonical(model, params, policy)
     return runtime.parity_features(run, policy, model, batch)

@@ -2,7 +2,8 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing.
+The canonical weights (seeded; --init framework: the framework's initialisers) and random inputs (seed 0):
+weights do not change the timing.
 What to notice: CNTK's pad=True centres the kernel on input positions 0, s, 2s, ..., which for odd
 kernels is exactly PyTorch's symmetric padding of k // 2, strided or not; batch norm's running
 statistics are CNTK constants (aggregate_mean / aggregate_variance), not parameters.
@@ -99,7 +100,10 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         images = run.random_images()
     with run.phase("model_build"):
-        features, _ = resnet50_features(s)
+        features, layers = resnet50_features(s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(layers, weights)
     # the warm pass takes graph compilation and cuDNN's algorithm search; eval() is inference
     runtime.extract_features(run, policy, features, images)
 

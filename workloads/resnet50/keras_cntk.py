@@ -3,7 +3,8 @@
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution; keras.applications.ResNet50
 is v1 (stride on the 1x1), so the model is written out, as in workloads/resnet50/keras.py (Keras 3).
-Random weights and random inputs (seed 0): weights do not change the timing.
+The canonical weights (seeded; --init framework: the framework's initialisers) and random inputs (seed 0):
+weights do not change the timing.
 """
 # The runtime comes first: it imports CNTK, and reports a host without the OpenMPI libraries
 # CNTK is linked against as an unsupported cell rather than a crash.
@@ -107,6 +108,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = resnet50_features(run.settings)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     runtime.extract_features(run, policy, model, images)
 
 

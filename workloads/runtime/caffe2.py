@@ -7,6 +7,7 @@ on named blobs in a global workspace: param_init_net (run once) and net (run per
 arrays go in with FeedBlob and come out with FetchBlob. The workload files build the nets; the
 loops here run them, on top of workloads/common/loop.py.
 """
+import os
 from importlib import metadata
 
 import numpy as np
@@ -19,17 +20,35 @@ from workloads.common.hyperparams import SEED
 
 # PyPI's torch 1.10.2 is a CUDA 10.2 / cuDNN 7 build: no code for GPUs past Turing (7.5).
 MAX_COMPUTE_CAPABILITY = (7, 5)
+# CUDA 10.2 / cuDNN 7 predate TF32 (CUDA 11, Ampere), and no GPU this build targets has it (FAIRNESS.md: true-precision)
+TF32_ON_GPU = ("n/a (torch 1.10.2's Caffe2 is a CUDA 10.2 / cuDNN 7 build for GPUs up to compute capability 7.5: "
+               "no TF32)")
+TF32_ON_CPU = "n/a (CPU)"
+
+# The framework option "executor" (workloads/common/options.py): Caffe2's async_scheduling executor runs
+# the operators of a net as a graph, independent ones at once, on a pool of worker threads; "simple"
+# runs them one after another in the calling thread. Workers per device: 4, the default of Caffe2's own
+# data_parallel_model (num_threads_per_device), fewer on a CPU this process may use less of.
+ASYNC_SCHEDULING, SIMPLE = "async_scheduling", "simple"
+WORKERS_PER_DEVICE = 4
+
+# Caffe2 has no tracing: each net is instantiated once (workspace.CreateNet) and run by name per batch.
+GRAPH = "static nets, each instantiated once (workspace.CreateNet, counted) and run by name per batch"
 
 
 class Caffe2Policy(Policy):
     """``device`` is the DeviceOption every net and blob is placed with; ``name`` says "cpu" or "cuda";
     ``operator_arguments`` go to every convolution, pooling and batch norm: on a GPU, cuDNN with its
-    exhaustive algorithm search (FAIRNESS.md: autotune)."""
+    exhaustive algorithm search (FAIRNESS.md: autotune). ``executor`` is the nets' executor (the
+    option "executor"), ``workers`` its thread pool's size (async_scheduling only)."""
 
-    def __init__(self, device, precision: str, name: str):
+    def __init__(self, device, precision: str, name: str, executor: str = ASYNC_SCHEDULING,
+                 workers: int = WORKERS_PER_DEVICE):
         super().__init__(device, precision)
         self.name = name
         self.operator_arguments = {"engine": "CUDNN", "cudnn_exhaustive_search": True} if name == "cuda" else {}
+        self.executor = executor
+        self.workers = workers
 
 
 def select_device(run: Run) -> Caffe2Policy:
@@ -52,18 +71,50 @@ def select_device(run: Run) -> Caffe2Policy:
         gpu_name = properties.get("name")
         cuda_version = str(workspace.GetCUDAVersion())
     device = "cuda" if on_gpu else "cpu"
+    executor = run.option("executor")
+    workers = WORKERS_PER_DEVICE if on_gpu else min(WORKERS_PER_DEVICE, usable_cpus())
     run.set_provenance(
         framework_version="caffe2 in torch {}".format(metadata.version("torch")),
         device=device,
         cuda_version=cuda_version,
         gpu_name=gpu_name,
         extras={"layout": "NCHW / TNC", "engine": "CUDNN" if on_gpu else "default (CPU)",
-                "cudnn_autotune": "exhaustive search on (cudnn_exhaustive_search)" if on_gpu else "n/a"},
+                "cudnn_autotune": "exhaustive search on (cudnn_exhaustive_search)" if on_gpu else "n/a",
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
+                "executor": describe_executor(executor, workers), "graph": GRAPH},
     )
     workspace.ResetWorkspace()
     np.random.seed(SEED)
     device_option = core.DeviceOption(caffe2_pb2.CUDA if on_gpu else caffe2_pb2.CPU, 0, random_seed=SEED)
-    return Caffe2Policy(device_option, run.precision, device)
+    return Caffe2Policy(device_option, run.precision, device, executor, workers)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), which Caffe2's own default pool size ignores."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def describe_executor(executor: str, workers: int) -> str:
+    if executor == ASYNC_SCHEDULING:
+        return "async_scheduling ({} worker threads; independent operators run at once)".format(workers)
+    if executor == SIMPLE:
+        return "simple (one operator after another, in the calling thread)"
+    raise ValueError("unknown Caffe2 executor {!r}".format(executor))
+
+
+def create_net(run: Run, policy: Caffe2Policy, net) -> None:
+    """Set the net's executor (the option "executor"), then instantiate it, once (counted per net:
+    FAIRNESS.md, trace-once). RunNet still returns when the net has finished: async_scheduling's Run() waits
+    for the events of its final operators (a GPU's included)."""
+    proto = net.Proto()
+    proto.type = policy.executor
+    if policy.executor == ASYNC_SCHEDULING:
+        proto.num_workers = policy.workers
+    workspace.CreateNet(net)
+    run.note_trace(net.Name())
 
 
 def feed(name: str, array: np.ndarray, device_option) -> None:
@@ -73,6 +124,24 @@ def feed(name: str, array: np.ndarray, device_option) -> None:
 def parameter_count(model) -> int:
     """Trainable parameters (model.params); batch norm's running statistics are computed params."""
     return int(sum(workspace.FetchBlob(str(p)).size for p in model.params))
+
+
+def recurrent_kernel(net, steps: int) -> str:
+    """What runs a net's recurrence, read from its operators (FAIRNESS.md: fused-rnn): cuDNN's Recurrent
+    operator, or a RecurrentNetwork operator that runs its step net once per time step."""
+    for op in net.Proto().op:
+        on = "CUDA" if op.device_option.device_type == caffe2_pb2.CUDA else "the CPU"
+        if op.type == "Recurrent":
+            return "cudnn: Caffe2's Recurrent operator (cuDNN RNN), on {}".format(on)
+        if op.type == "RecurrentNetwork":
+            (step_net,) = [argument.n for argument in op.arg if argument.name == "step_net"]
+            return ("scan: Caffe2's RecurrentNetwork operator runs its step net ({}) for each of the {} steps, "
+                    "on {}").format(", ".join(step.type for step in step_net.op), steps, on)
+    raise ValueError("no recurrent operator in net {}".format(net.Name()))
+
+
+def count_ops(net) -> int:
+    return len(net.Proto().op)
 
 
 def glorot(fan_in: int, fan_out: int):
@@ -85,8 +154,8 @@ def glorot(fan_in: int, fan_out: int):
 
 class Classifier:
     """A Caffe2 classifier: a training net (forward, gradients, updates; blob "labels" in, blob "loss"
-    out) and a test net (blob "logits" out) over the same parameter blobs, both instantiated, and
-    ``feed_inputs(x)``, which puts a numpy batch's inputs into the workspace."""
+    out) and a test net (blob "logits" out) over the same parameter blobs, both instantiated
+    (create_net), and ``feed_inputs(x)``, which puts a numpy batch's inputs into the workspace."""
 
     def __init__(self, train, test, feed_inputs, policy: Caffe2Policy):
         self.train, self.test = train, test
@@ -125,7 +194,7 @@ def parity_steps(run: Run, policy: Caffe2Policy, classifier: Classifier, batch: 
 def extract_features(run: Run, policy: Caffe2Policy, model, images: np.ndarray) -> None:
     """The warm pass then the timed pass of a forward-only net (blob "images" in, "features" out; no
     gradient operators: FAIRNESS.md, eval-mode). RunNet returns when the net's operators have finished;
-    the features stay a blob, fetched once to check their shape."""
+    the features blob is fetched to the host inside every timed batch (FAIRNESS.md: host-copy)."""
     run.set_parameter_count(parameter_count(model))
 
     def forward(batch: np.ndarray) -> str:
@@ -133,7 +202,7 @@ def extract_features(run: Run, policy: Caffe2Policy, model, images: np.ndarray) 
         workspace.RunNet(model.net)
         return "features"
 
-    loop.infer(run, images, forward, shape_of=lambda blob: workspace.FetchBlob(blob).shape)
+    loop.infer(run, images, forward, to_host=workspace.FetchBlob)  # a numpy copy of the blob
 
 
 def parity_features(run: Run, policy: Caffe2Policy, model, batch: dict) -> dict:

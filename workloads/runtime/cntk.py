@@ -14,6 +14,7 @@ even in a single process. The workload files import this module before `import c
 host without them gets an "unsupported here" cell that says how to provide them, not a crash.
 """
 import os
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -39,13 +40,18 @@ MAX_COMPUTE_CAPABILITY = (7, 5)
 
 # --- device, precision, provenance ----------------------------------------------------------------
 
-class CNTKPolicy(Policy):
-    """``device`` is "cpu" or "cuda" (CNTK's default device is set to it); ``fused_rnn`` says whether
-    the GRU runs cuDNN's optimized_rnnstack, which has no CPU kernel (FAIRNESS.md: fused-rnn)."""
+# CUDA 10.0 / cuDNN 7 predate TF32 (CUDA 11, Ampere), and no GPU CNTK can target has it (FAIRNESS.md: true-precision)
+TF32_ON_GPU = "n/a (cntk-gpu 2.7 is a CUDA 10.0 / cuDNN 7 build for GPUs up to compute capability 7.5: no TF32)"
+TF32_ON_CPU = "n/a (CPU)"
 
-    def __init__(self, device: str, precision: str):
-        super().__init__(device, precision)
-        self.fused_rnn = device == "cuda"
+# CNTK builds a static graph once, in Python; it compiles it into its C++ network on the first
+# minibatch (inside the first step's time). Classifier counts its Trainer, the one graph it trains.
+GRAPH = "static graph built once in Python (one Trainer); CNTK compiles it on the first minibatch"
+
+
+class CNTKPolicy(Policy):
+    """``device`` is "cpu" or "cuda" (CNTK's default device is set to it). Whether the GRU can run
+    cuDNN's optimized_rnnstack is probed, not assumed (choose_gru, FAIRNESS.md: fused-rnn)."""
 
 
 def select_device(run: Run) -> CNTKPolicy:
@@ -81,6 +87,7 @@ def select_device(run: Run) -> CNTKPolicy:
         gpu_name=gpu_name,
         extras={"layout": "NCHW / sequence axis (CNTK's only layouts)",
                 "cudnn_autotune": "CNTK's default (cuDNN algorithms chosen by measuring)" if on_gpu else "n/a",
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
                 "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
     )
     return CNTKPolicy(device, run.precision)
@@ -110,6 +117,50 @@ def parameter_count(function) -> int:
     return int(sum(int(np.prod(p.shape)) for p in function.parameters))
 
 
+def graph_ops(function) -> set:
+    """The names of the operations in a CNTK graph (what actually runs, read back from the graph)."""
+    from cntk.logging.graph import depth_first_search
+
+    return {node.op_name for node in depth_first_search(function, lambda node: isinstance(node, C.Function))}
+
+
+def count_ops(function) -> int:
+    """How many primitive operations a CNTK graph holds (its Combine nodes aside)."""
+    from cntk.logging.graph import depth_first_search
+
+    return len(depth_first_search(function, lambda node: isinstance(node, C.Function) and node.op_name != "Combine"))
+
+
+def cudnn_gru_problem() -> Optional[str]:
+    """Run a tiny optimized_rnnstack(recurrent_op='gru') on the default device: None when it runs,
+    else the first line of what CNTK raised (its CPU build has no kernel: "Feature Not Implemented")."""
+    steps = C.sequence.input_variable(2)
+    weight = C.parameter((C.InferredDimension, 2), init=0.1)
+    gru = C.optimized_rnnstack(steps, weight, 2, 1, recurrent_op="gru")
+    try:
+        gru.eval({steps: [np.ones((3, 2), np.float32)]})
+    except RuntimeError as error:
+        return str(error).strip().splitlines()[0]
+    return None
+
+
+def choose_gru(policy: CNTKPolicy) -> Tuple[bool, str]:
+    """(fused, gru_kernel): cuDNN's optimized_rnnstack where it runs on this device, else the
+    canonical cell written out in layers.Recurrence; the gru_kernel text says what ran and why
+    (FAIRNESS.md: fused-rnn). The workload checks its built graph against it (check_gru_graph)."""
+    problem = cudnn_gru_problem()
+    if problem is None:
+        return True, "cudnn: C.optimized_rnnstack(recurrent_op='gru'), cuDNN's fused GRU"
+    return False, ("scan: the canonical cell in layers.Recurrence, stepped over the sequence axis by CNTK's C++ "
+                   "recurrent loop (PastValue); optimized_rnnstack raised on the {}: {}".format(policy.device, problem))
+
+
+def check_gru_graph(logits, fused: bool) -> None:
+    """The built graph holds the GRU choose_gru named: OptimizedRNNStack, or a PastValue loop without it."""
+    ops = graph_ops(logits)
+    assert ("OptimizedRNNStack" in ops) == fused and (fused or "PastValue" in ops), sorted(ops)
+
+
 def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
     """cross_entropy_with_softmax takes one-hot targets: integer labels become float32 rows."""
     return np.eye(classes, dtype=np.float32)[labels]
@@ -123,15 +174,18 @@ class Classifier:
     ``loss(logits, labels)`` is the workload's loss on one-hot labels (per sample: the Trainer
     averages the batch), ``learner`` its optimizer over ``logits.parameters``. A learner built for
     one batch size (one that divides a summed gradient by it) passes ``batch_size``, and every step
-    checks it.
+    checks it. The Trainer is CNTK's one graph build, counted (``run.note_trace("train_graph")``:
+    FAIRNESS.md, trace-once).
     """
 
-    def __init__(self, logits, loss, learner, batch_size=None):
+    def __init__(self, run: Run, logits, loss, learner, batch_size=None):
         (self.inputs,) = logits.arguments  # the images or the token sequences
         self.logits = logits
         self.classes = logits.shape[-1]
         self.labels = C.input_variable(self.classes, name="labels")
         self.trainer = C.Trainer(logits, (loss(logits, self.labels), None), [learner])
+        run.note_trace("train_graph")
+        run.set_provenance(extras={"graph": GRAPH})
         self.batch_size = batch_size
 
     def feed(self, x: np.ndarray):
@@ -168,10 +222,17 @@ def parity_steps(run: Run, policy: CNTKPolicy, classifier: Classifier, batch: di
 
 def extract_features(run: Run, policy: CNTKPolicy, features, images: np.ndarray) -> None:
     """The warm pass then the timed pass; eval() is inference, with no gradients (FAIRNESS.md: eval-mode).
-    Each eval returns a numpy array, so the device has finished when it returns."""
+    Each eval copies the features into a numpy array on the host (FAIRNESS.md: host-copy), so the
+    device has finished when it returns: to_host only checks that it is numpy."""
     (inputs,) = features.arguments
     run.set_parameter_count(parameter_count(features))
-    loop.infer(run, images, lambda batch: features.eval({inputs: batch}))
+    loop.infer(run, images, lambda batch: features.eval({inputs: batch}), to_host=host_array)
+
+
+def host_array(value) -> np.ndarray:
+    """What CNTK's eval returned for one dense output: already a numpy array on the host."""
+    assert isinstance(value, np.ndarray), type(value)
+    return value
 
 
 def parity_features(run: Run, policy: CNTKPolicy, features, batch: dict) -> dict:

@@ -31,6 +31,18 @@ import keras  # noqa: E402 - after CNTK's check
 from keras import backend as K  # noqa: E402
 
 MAX_COMPUTE_CAPABILITY = (7, 5)  # CUDA 10.0 / cuDNN 7 (cntk-gpu 2.7): up to Turing
+# CUDA 10.0 / cuDNN 7 predate TF32 (CUDA 11, Ampere), and no GPU CNTK can target has it (FAIRNESS.md: true-precision)
+TF32_ON_GPU = "n/a (cntk-gpu 2.7 is a CUDA 10.0 / cuDNN 7 build for GPUs up to compute capability 7.5: no TF32)"
+TF32_ON_CPU = "n/a (CPU)"
+
+# Keras 2.2 builds its train function (a CNTK Trainer over one C.universal learner made of the optimizer's
+# update ops) and its predict function on first use, and keeps them; CNTK compiles each on its first call.
+GRAPH = "Keras 2.2 train and predict functions, each built once (counted); CNTK compiles each on its first call"
+
+# Keras 2.2 on CNTK: every optimizer is its get_updates() written in Keras backend ops, which Keras'
+# CNTK backend hands to CNTK as one C.universal learner; there is no built-in or fused optimizer path.
+WRITTEN_OUT = ("written out: {} in Keras backend ops, which Keras' CNTK backend runs as one C.universal learner "
+               "(Keras 2.2 has no built-in or fused optimizer on CNTK)")
 
 
 class KerasCNTKPolicy(Policy):
@@ -79,6 +91,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
         gpu_name=gpu_name,
         extras={"keras_backend": "cntk", "layout": policy.data_format,
                 "train_step": "model.train_on_batch (returns the loss as a float: one host sync per step)",
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
                 "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
     )
     return policy
@@ -87,6 +100,48 @@ def select_device(run: Run) -> KerasCNTKPolicy:
 def parameter_count(model) -> int:
     """Trainable weights only (Keras' count_params() adds batch norm's moving statistics)."""
     return int(sum(K.count_params(weight) for weight in model.trainable_weights))
+
+
+def graph_ops(tensor) -> set:
+    """The names of the CNTK operations behind a Keras tensor (read back from the graph that runs)."""
+    from cntk.logging.graph import depth_first_search
+
+    return {node.op_name for node in depth_first_search(tensor, lambda node: isinstance(node, C.Function))}
+
+
+def gru_kernel(model, steps: int) -> str:
+    """What runs the GRU, read from the model's CNTK graph (FAIRNESS.md: fused-rnn): Keras 2.2's K.rnn
+    becomes CNTK's recurrent loop (sequence.past_value) or, unrolled, one copy of the cell per step."""
+    ops = graph_ops(model.output)
+    if "OptimizedRNNStack" in ops:
+        return "cudnn: C.optimized_rnnstack"
+    if "PastValue" in ops:
+        return ("scan: Keras 2.2's K.rnn as CNTK's recurrent loop (sequence.past_value), stepped over the sequence "
+                "axis by CNTK's C++ engine (Keras' CuDNNGRU is TensorFlow-only)")
+    return ("python-loop: Keras 2.2's K.rnn unrolled the cell {} times in Python (no recurrent loop in "
+            "the graph)").format(steps)
+
+
+def count_function_builds(run: Run, model) -> None:
+    """Count each build of Keras 2.2's train and predict functions (FAIRNESS.md: trace-once): Keras makes
+    them on first use and keeps them, so a second build of either is a rebuild ("retrace")."""
+    for attribute in ("train_function", "predict_function"):
+        make = getattr(model, "_make_" + attribute)
+
+        def counted(make=make, attribute=attribute):
+            fresh = getattr(model, attribute, None) is None
+            make()
+            if fresh and getattr(model, attribute, None) is not None:
+                run.note_trace(attribute)
+
+        setattr(model, "_make_" + attribute, counted)
+    run.set_provenance(extras={"graph": GRAPH})
+
+
+def host_array(value) -> np.ndarray:
+    """What predict_on_batch returned: already a numpy array on the host (FAIRNESS.md: host-copy)."""
+    assert isinstance(value, np.ndarray), type(value)
+    return value
 
 
 def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
@@ -113,6 +168,7 @@ def train_and_evaluate(run: Run, policy: KerasCNTKPolicy, model, data) -> None:
     """Train a compiled model with `loop.train` on one-hot targets, then evaluate it."""
     classes = run.settings.classes
     run.set_parameter_count(parameter_count(model))
+    count_function_builds(run, model)
     loop.train(run, data, lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)))
     loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
 
@@ -121,6 +177,7 @@ def parity_steps(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
     """The logits on the canonical weights, and after `canonical.PARITY_STEPS` train_on_batch steps."""
     classes = run.settings.classes
     run.set_parameter_count(parameter_count(model))
+    count_function_builds(run, model)
     return loop.parity_outputs(model.predict_on_batch,
                                lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)), batch)
 
@@ -128,7 +185,8 @@ def parity_steps(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
 def extract_features(run: Run, policy: KerasCNTKPolicy, model, images: np.ndarray) -> None:
     """ResNet-50's timed inference; each predict_on_batch returns numpy, so each batch ends on the host."""
     run.set_parameter_count(parameter_count(model))
-    loop.infer(run, images, model.predict_on_batch)
+    count_function_builds(run, model)
+    loop.infer(run, images, model.predict_on_batch, to_host=host_array)
 
 
 def parity_features(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
