@@ -11,6 +11,7 @@ TrainStep), traced once per input shape and counted (`run.note_trace`).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -528,11 +529,11 @@ class _GRUKernelWatch:
     silently, when its cuDNN call raises. Thin wrappers around those functions (they call the
     originals unchanged) see which path returned, and the error that caused a fallback."""
 
-    def __init__(self, run: Run):
-        self.run, self.seen, self.error = run, [], None
+    def __init__(self):
+        self.run, self.seen, self.error = None, [], None
 
     def note(self, kernel: str) -> None:
-        if kernel not in self.seen:  # several: each in the order it first ran
+        if self.run is not None and kernel not in self.seen:  # several: each in the order it first ran
             self.seen.append(kernel)
             self.run.set_provenance(extras={"gru_kernel": " | then: ".join(self.seen)})
 
@@ -541,11 +542,21 @@ class _GRUKernelWatch:
         return f"cuDNN path raised {error}" if error else otherwise
 
 
-def watch_gru_kernel(run: Run) -> _GRUKernelWatch:
-    """Install the GRU-kernel wrappers (before the model's first call); returns the watch."""
+_GRU_WATCH: list = []  # the one watch, once its wrappers are installed
+
+
+def watch_gru_kernel(run: Run) -> None:
+    """Record which GRU kernel runs from now on into ``run``'s extras (install the wrappers once)."""
+    if not _GRU_WATCH:
+        _GRU_WATCH.append(_install_gru_watch())
+    watch = _GRU_WATCH[0]
+    watch.run, watch.seen, watch.error = run, [], None
+
+
+def _install_gru_watch() -> _GRUKernelWatch:
     import keras.src.backend as backend_module
 
-    watch = _GRUKernelWatch(run)
+    watch = _GRUKernelWatch()
     fast_path = backend_module.gru
     no_gpu = "no GPU for cuDNN here"
 
@@ -571,7 +582,7 @@ def watch_gru_kernel(run: Run) -> _GRUKernelWatch:
     backend_module.gru = gru
     if BACKEND == "jax":  # Keras' JAX gru has no cuDNN path to fall back from
         return watch
-    rnn = __import__(f"keras.src.backend.{BACKEND}.rnn", fromlist=["_cudnn_gru"])
+    rnn = importlib.import_module(f"keras.src.backend.{BACKEND}.rnn")
     cudnn = rnn._cudnn_gru
 
     def cudnn_gru(*args, **kwargs):
