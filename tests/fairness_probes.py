@@ -131,6 +131,7 @@ def keras_facts() -> dict:
 
     from workloads.cnn import keras as cnn
     from workloads.gru import keras as gru
+    from workloads.resnet50 import keras as resnet50
     from workloads.runtime import keras as runtime
 
     facts = {"backend": runtime.BACKEND}
@@ -141,6 +142,9 @@ def keras_facts() -> dict:
     run = make_run("gru", max_train_batches=TRAIN_STEPS, sequence_length=20, **SMALL)
     gru.run(run)
     facts["gru_run"] = summary(run)
+    run = make_run("resnet50", batch_size=2, warmup_batches=2, batches=4)  # inference: predict_step
+    resnet50.run(run)
+    facts["resnet50_run"] = summary(run)
 
     # the same start
     for init in ("canonical", "framework"):

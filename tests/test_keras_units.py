@@ -151,6 +151,7 @@ def keras_row(request):
     return request.param, facts(request.param)
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 @pytest.mark.parametrize("workload", ["cnn", "gru"])
 def test_compiled_train_step_traces_once_per_shape_over_twenty_steps(keras_row, workload):
     """The benchmark's own step (TrainStep over Keras' train_function), 20 steps of one shape: one
@@ -167,12 +168,24 @@ def test_compiled_train_step_traces_once_per_shape_over_twenty_steps(keras_row, 
         assert run["traces"] == {} and run["extras"]["train_step"].endswith("nothing is traced")
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_compiled_predict_step_traces_once_over_the_resnet50_batches(keras_row):
+    """ResNet-50's warm and timed batches, one shape: one trace of Keras' predict function."""
+    framework, found = keras_row
+    run = found["resnet50_run"]
+    assert run["status"] == "ok", run["reason"]
+    assert run["traces"] == ({"predict_step": 1} if COMPILED[framework] else {})
+    assert run["extras"]["init"] == "canonical"
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_the_run_starts_from_the_canonical_weights_unless_told_otherwise(keras_row):
     _, found = keras_row
     assert found["cnn_init_canonical"] == {"equals_canonical": True, "extra": "canonical"}
     assert found["cnn_init_framework"] == {"equals_canonical": False, "extra": "framework"}
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_xla_follows_the_option_on_tensorflow_always_on_jax_never_on_torch(keras_row):
     framework, found = keras_row
     xla = found["xla"]
@@ -190,12 +203,14 @@ GRU_KERNELS_ON_CPU = {"keras-tf": "scan: tf.while_loop over 20 steps",
                       "keras-torch": "python-loop: Keras' torch gru fallback, a Python loop over 20 steps"}
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_gru_kernel_records_what_ran_on_the_cpu(keras_row):
     framework, found = keras_row
     kernel = found["gru_run"]["extras"]["gru_kernel"]
     assert kernel.startswith(GRU_KERNELS_ON_CPU[framework]) and " | then: " not in kernel
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded(keras_row):
     framework, found = keras_row
     if framework != "keras-torch":
@@ -218,6 +233,7 @@ def reference_updates(start, gradients, rule):
     return w
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 @pytest.mark.parametrize("rule", ["sgd", "adam"])
 def test_backend_optimizer_computes_pytorchs_update(keras_row, rule):
     """runtime.sgd_momentum and runtime.adam (ResourceApplyKerasMomentum / ResourceApplyAdam with a
@@ -236,6 +252,7 @@ def test_backend_optimizer_computes_pytorchs_update(keras_row, rule):
         assert "fused=True" in description
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first(keras_row):
     """IndexedSlices with token 1 twice: one dense row gradient (4, 6), whose first Adam step moves
     each of its entries by lr; the untouched rows stay."""
@@ -248,6 +265,7 @@ def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first(keras_row):
     np.testing.assert_allclose(found["optimizers"]["adam_indexed_slices"], expected, rtol=0, atol=1e-6)
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
 def test_tf32_is_not_applicable_on_the_cpu_on_every_backend(keras_row):
     _, found = keras_row
     assert found["cnn_run"]["extras"]["tf32"] == "n/a (CPU)"

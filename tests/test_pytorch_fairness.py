@@ -9,6 +9,8 @@ import pytest
 from fairness_probes import facts
 from workloads.common import canonical
 
+pytestmark = pytest.mark.e2e  # the real PyTorch, in its cached environment (skipped where it is not built)
+
 
 @pytest.fixture(scope="module")
 def pytorch():
