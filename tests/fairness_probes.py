@@ -108,7 +108,8 @@ def pytorch_facts() -> dict:
     for init in ("canonical", "framework"):
         model, run = built_model(cnn, runtime, "cnn", init, "train_and_evaluate")
         conv1 = model.layers[0].weight.detach().numpy()
-        facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(conv1, canonical.parameters("cnn")["conv1.kernel"])),
+        expected = canonical.parameters("cnn")["conv1.kernel"]
+        facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(conv1, expected)),
                                      "extra": run.result.provenance.extras.get("init")}
 
     # a short GRU run: what ran (kernel, optimizer), TF32 on the CPU
@@ -150,9 +151,9 @@ def keras_facts() -> dict:
     for init in ("canonical", "framework"):
         model, run = built_model(cnn, runtime, "cnn", init, "train_and_evaluate")
         kernel = keras_numpy(model.get_layer("conv1").kernel)
-        facts[f"cnn_init_{init}"] = {
-            "equals_canonical": bool(np.array_equal(kernel, canonical.oihw_to_hwio(canonical.parameters("cnn")["conv1.kernel"]))),
-            "extra": run.result.provenance.extras.get("init")}
+        expected = canonical.oihw_to_hwio(canonical.parameters("cnn")["conv1.kernel"])
+        facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(kernel, expected)),
+                                     "extra": run.result.provenance.extras.get("init")}
 
     # XLA: the option on TensorFlow, always on JAX, never on torch
     xla = {}
@@ -246,7 +247,8 @@ def facts(framework: str, timeout: float = 1200) -> dict:
         from orchestrator.frameworks import discover
 
         frameworks = discover()
-        venv = LocalBackend(frameworks, log=lambda line: None).environment_dir(frameworks[framework].variant("cpu"), framework)
+        backend = LocalBackend(frameworks, log=lambda line: None)
+        venv = backend.environment_dir(frameworks[framework].variant("cpu"), framework)
         if not (venv / READY_MARKER).is_file():
             pytest.skip(f"the {framework}/cpu environment is not built ({venv}); `python -m orchestrator run-matrix "
                         f"--backend local --frameworks {framework} --profile smoke --data synthetic` builds it")

@@ -177,8 +177,9 @@ class _Torch:
     def tf32_reported(self) -> str:
         backends = self.torch.backends
         try:
-            return (f"matmul {str(backends.cuda.matmul.allow_tf32).lower()}, cudnn {str(backends.cudnn.allow_tf32).lower()} "
-                    f"(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)")
+            return (f"matmul {str(backends.cuda.matmul.allow_tf32).lower()}, cudnn "
+                    f"{str(backends.cudnn.allow_tf32).lower()} (torch.backends.cuda.matmul.allow_tf32, "
+                    f"torch.backends.cudnn.allow_tf32)")
         except RuntimeError as error:  # e.g. PyTorch refusing a mix of its legacy and new TF32 switches
             return f"unreadable ({error})"
 
@@ -511,7 +512,8 @@ def _torch_adam():
             index = [self._get_variable_index(variable) for variable in variables]
             with torch.no_grad():
                 functional_adam.adam([variable.value for variable in variables], list(grads),
-                                     [self._momentums[i].value for i in index], [self._velocities[i].value for i in index],
+                                     [self._momentums[i].value for i in index],
+                                     [self._velocities[i].value for i in index],
                                      [], [self._steps[i] for i in index], fused=fused or None,
                                      foreach=None if fused else True, amsgrad=False, beta1=self.beta_1,
                                      beta2=self.beta_2, lr=self._constant_rate, weight_decay=0.0, eps=self.epsilon,

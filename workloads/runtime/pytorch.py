@@ -2,8 +2,8 @@
 
 `select_device(run)` picks the device, refuses what it cannot do and returns a `TorchPolicy`
 (device, precision, autocast, loss scaler, fused optimizers, memory format); the workloads read
-those choices from it. `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a
-workload's model through the shared loops of workloads/common/loop.py.
+those choices from it. `train_and_evaluate`, `parity_steps`, `extract_features` and
+`parity_features` run a workload's model through the shared loops of workloads/common/loop.py.
 """
 from __future__ import annotations
 
