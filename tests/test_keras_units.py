@@ -1,7 +1,9 @@
 """The layout and optimizer conversions the Keras 3 rows rely on, checked in numpy on tiny tensors.
 
-No Keras import: Keras' formulas are written out here as its source (keras 3.15.1) computes them,
-so these tests run in the host environment; the parity check runs the real thing.
+No Keras import in the first part: Keras' formulas are written out here as its source (keras
+3.15.1) computes them, so these tests run in the host environment; the parity check runs the real
+thing. The last part checks the fairness rules (issue 10) on the real Keras, per backend, in each
+backend's cached CPU environment (tests/fairness_probes.py; skipped where it is not built).
 """
 import numpy as np
 import pytest
@@ -119,7 +121,7 @@ def adam(gradients, w, lr, b1, b2, eps, form):
         v = v + (g * g - v) * (1 - b2)
         if form == "keras":  # keras/src/optimizers/adam.py: epsilon added to sqrt(v)
             w = w - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps)
-        else:  # PyTorch and the paper's Algorithm 1 (gru/keras.py's Adam): epsilon added to sqrt(v-hat)
+        else:  # PyTorch and the paper's Algorithm 1 (runtime.adam): epsilon added to sqrt(v-hat)
             w = w - lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
     return w
 
@@ -131,7 +133,139 @@ def test_keras_adam_epsilon_is_pytorchs_scaled_by_sqrt_one_minus_beta2_power():
     # at step t Keras' epsilon acts as eps / sqrt(1 - b2^t) would in PyTorch's form
     np.testing.assert_allclose(adam(gradients, w, lr, b1, b2, eps, "keras"),
                                adam(gradients, w, lr, b1, b2, eps / np.sqrt(1 - b2), "pytorch"), rtol=1e-10)
-    # which matters for small gradients (an embedding's), hence the subclass in gru/keras.py
+    # which matters for small gradients (an embedding's), hence runtime.adam's PyTorch form (workloads/runtime/keras.py)
     keras, pytorch = adam(gradients, w, lr, b1, b2, eps, "keras"), adam(gradients, w, lr, b1, b2, eps, "pytorch")
     assert abs(keras[1] - pytorch[1]) > 0.1 * abs(pytorch[1])
     np.testing.assert_allclose(keras[4:], pytorch[4:], rtol=1e-5)
+
+
+# --- on the real Keras, per backend (tests/fairness_probes.py in each cached CPU environment) --------
+
+KERAS_FRAMEWORKS = ["keras-tf", "keras-jax", "keras-torch"]
+COMPILED = {"keras-tf": True, "keras-jax": True, "keras-torch": False}  # torch: eager, nothing traced
+
+
+@pytest.fixture(scope="module", params=KERAS_FRAMEWORKS)
+def keras_row(request):
+    from fairness_probes import facts
+    return request.param, facts(request.param)
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+@pytest.mark.parametrize("workload", ["cnn", "gru"])
+def test_compiled_train_step_traces_once_per_shape_over_twenty_steps(keras_row, workload):
+    """The benchmark's own step (TrainStep over Keras' train_function), 20 steps of one shape: one
+    trace on TensorFlow and JAX. Before the optimizer was built ahead of the first step, TensorFlow
+    traced twice (a tf.function that creates variables while tracing traces again)."""
+    framework, found = keras_row
+    run = found[f"{workload}_run"]
+    assert run["status"] == "ok", run["reason"]
+    assert run["steps"] >= 20
+    if COMPILED[framework]:
+        assert run["traces"] == {"train_step": 1}
+        assert "traced once per input shape" in run["extras"]["train_step"]
+    else:
+        assert run["traces"] == {} and run["extras"]["train_step"].endswith("nothing is traced")
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_compiled_predict_step_traces_once_over_the_resnet50_batches(keras_row):
+    """ResNet-50's warm and timed batches, one shape: one trace of Keras' predict function."""
+    framework, found = keras_row
+    run = found["resnet50_run"]
+    assert run["status"] == "ok", run["reason"]
+    assert run["traces"] == ({"predict_step": 1} if COMPILED[framework] else {})
+    assert run["extras"]["init"] == "canonical"
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_the_run_starts_from_the_canonical_weights_unless_told_otherwise(keras_row):
+    _, found = keras_row
+    assert found["cnn_init_canonical"] == {"equals_canonical": True, "extra": "canonical"}
+    assert found["cnn_init_framework"] == {"equals_canonical": False, "extra": "framework"}
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_xla_follows_the_option_on_tensorflow_always_on_jax_never_on_torch(keras_row):
+    framework, found = keras_row
+    xla = found["xla"]
+    if framework == "keras-tf":
+        assert xla["off"]["jit_compile"] is False and xla["off"]["extra"].startswith("off:")
+        assert xla["on"]["jit_compile"] is True and xla["on"]["extra"].startswith("on:")
+    elif framework == "keras-jax":
+        assert xla["default"]["jit_compile"] is True and xla["default"]["extra"].startswith("always:")
+    else:
+        assert xla["default"]["jit_compile"] is False and "torch.compile" in xla["default"]["extra"]
+
+
+GRU_KERNELS_ON_CPU = {"keras-tf": "scan: tf.while_loop over 20 steps",
+                      "keras-jax": "scan: Keras' JAX gru, a lax.scan over 20 steps",
+                      "keras-torch": "python-loop: Keras' torch gru fallback, a Python loop over 20 steps"}
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_gru_kernel_records_what_ran_on_the_cpu(keras_row):
+    framework, found = keras_row
+    kernel = found["gru_run"]["extras"]["gru_kernel"]
+    assert kernel.startswith(GRU_KERNELS_ON_CPU[framework]) and " | then: " not in kernel
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded(keras_row):
+    framework, found = keras_row
+    if framework != "keras-torch":
+        pytest.skip("Keras' torch backend only falls back silently")
+    kernel = found["torch_cudnn_fallback"]["gru_kernel"]
+    assert kernel.startswith("python-loop:") and "cuDNN path raised TypeError" in kernel
+
+
+def reference_updates(start, gradients, rule):
+    """PyTorch's updates (the reference row) in float64: plain-momentum SGD, Adam in its epsilon form."""
+    w, m, v = np.array(start, dtype=np.float64), 0.0, 0.0
+    for t, g in enumerate(np.array(gradients, dtype=np.float64), start=1):
+        if rule == "sgd":
+            m = 0.9 * m + g
+            w = w - 0.01 * m
+        else:
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            w = w - 1e-3 / (1 - 0.9 ** t) * m / (np.sqrt(v) / np.sqrt(1 - 0.999 ** t) + 1e-8)
+    return w
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+@pytest.mark.parametrize("rule", ["sgd", "adam"])
+def test_backend_optimizer_computes_pytorchs_update(keras_row, rule):
+    """runtime.sgd_momentum and runtime.adam (ResourceApplyKerasMomentum / ResourceApplyAdam with a
+    scaled epsilon on TensorFlow, PyTorch's fused kernels on torch, Keras ops on JAX) end where
+    PyTorch's updates end, gradients from 1e-9 to 1 (Keras' own Adam misses the small ones by 1e-4)."""
+    framework, found = keras_row
+    optimizers = found["optimizers"]
+    expected = reference_updates(optimizers["start"], optimizers["gradients"], rule)
+    np.testing.assert_allclose(optimizers[rule]["weights"], expected, rtol=0, atol=1e-6)
+    keras_form = adam(np.array(optimizers["gradients"]), np.array(optimizers["start"]), 1e-3, 0.9, 0.999, 1e-8, "keras")
+    assert np.abs(keras_form - expected).max() > 1e-5  # the tolerance tells the two epsilon forms apart
+    description = optimizers[rule]["description"]
+    assert {"keras-tf": "tf.raw_ops.ResourceApply", "keras-torch": "torch.optim.",
+            "keras-jax": "Keras" if rule == "sgd" else "written out"}[framework] in description
+    if framework == "keras-torch":
+        assert "fused=True" in description
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first(keras_row):
+    """IndexedSlices with token 1 twice: one dense row gradient (4, 6), whose first Adam step moves
+    each of its entries by lr; the untouched rows stay."""
+    framework, found = keras_row
+    if framework != "keras-tf":
+        pytest.skip("IndexedSlices are TensorFlow's")
+    start = np.array(found["optimizers"]["start"]).reshape(3, 2)
+    expected, summed = start.copy(), np.array([1.0 + 3.0, 2.0 + 4.0])
+    expected[1] -= 1e-3 * summed / (np.abs(summed) + 1e-8)  # PyTorch's first Adam step: lr * g / (|g| + eps)
+    np.testing.assert_allclose(found["optimizers"]["adam_indexed_slices"], expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_tf32_is_not_applicable_on_the_cpu_on_every_backend(keras_row):
+    _, found = keras_row
+    assert found["cnn_run"]["extras"]["tf32"] == "n/a (CPU)"

@@ -18,7 +18,8 @@ MATCHED = (
     "convolution kernels stored HWIO: canonical OIHW transposed; dense kernels (in, out) as is",
     "padding='same' on stride-1 3x3 convolutions pads 1 on each side, as PyTorch's padding=1",
     "Keras' SGD momentum v = m*v - lr*g, w += v equals the plain form v = m*v + g, w -= lr*v "
-    "at a constant learning rate (no unit gain)",
+    "at a constant learning rate (no unit gain); TensorFlow runs it as ResourceApplyKerasMomentum, "
+    "torch as PyTorch's own fused SGD (runtime.sgd_momentum)",
     "Glorot-uniform kernels and zero biases are Keras' defaults",
     "loss SparseCategoricalCrossentropy(from_logits=True): mean softmax cross-entropy, integer labels",
 )
@@ -55,11 +56,13 @@ def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
 
 # --- loss and optimizer -------------------------------------------------------------------------
 
-def compile_model(model: keras.Model, s) -> keras.Model:
-    # jit_compile="auto": XLA on JAX, and on TensorFlow with a GPU; a tf.function on TensorFlow's
-    # CPU; eager on PyTorch (torch.compile needs a compiler in the image).
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=s.learning_rate, momentum=s.momentum),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def compile_model(model: keras.Model, s, policy: runtime.KerasPolicy) -> keras.Model:
+    # jit_compile from the policy: XLA always on JAX, on TensorFlow with option xla=on (a tf.function
+    # otherwise), never on torch (eager, as the PyTorch row). The optimizer is each backend's own
+    # momentum op where it has one (runtime.sgd_momentum).
+    model.compile(optimizer=runtime.sgd_momentum(learning_rate=s.learning_rate, momentum=s.momentum),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=policy.jit_compile)
     return model
 
 
@@ -84,7 +87,10 @@ def run(run: Run) -> None:
         data = run.load_cifar10()
 
     with run.phase("model_build"):
-        model = compile_model(vgg_style_cnn(s, policy.data_format), s)
+        model = compile_model(vgg_style_cnn(s, policy.data_format), s, policy)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     runtime.train_and_evaluate(run, policy, model, data)
 
 
@@ -94,6 +100,6 @@ def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
     policy = runtime.select_device(run)
     # dropout off for the steps too: dropout is random and frameworks' generators differ
-    model = compile_model(vgg_style_cnn(s, policy.data_format, dropout=False), s)
+    model = compile_model(vgg_style_cnn(s, policy.data_format, dropout=False), s, policy)
     load_canonical(model, params)
     return runtime.parity_steps(run, policy, model, batch)

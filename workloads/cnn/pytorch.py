@@ -14,7 +14,8 @@ MATCHED = (
     "dense kernels stored (out, in): canonical (in, out) transposed",
     "Glorot-uniform kernels and zero biases set explicitly (PyTorch's default init differs)",
     "SGD momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain)",
-    "padding=1 for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order",
+    "padding=1 for 3x3 'same' convolutions; NCHW, so flatten is already in canonical order "
+    "(channels_last=on changes the memory layout only: flatten still reads the logical NCHW order)",
 )
 
 
@@ -46,6 +47,7 @@ class VGGStyleCNN(nn.Module):
 
 def make_optimizer(model, s, policy):
     # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
+    # fused: PyTorch's fused kernel where it has one (runtime.TorchPolicy; FAIRNESS.md: fused optimizers).
     return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
                            fused=policy.fused_optimizer)
 
@@ -73,7 +75,10 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         data = run.load_cifar10()
     with run.phase("model_build"):
-        model = VGGStyleCNN(s).to(policy.device)
+        model = VGGStyleCNN(s).to(policy.device, memory_format=policy.memory_format)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s, policy)
     runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
@@ -83,6 +88,6 @@ def run(run: Run) -> None:
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
     policy = runtime.select_device(run)
-    model = VGGStyleCNN(s).to(policy.device)
+    model = VGGStyleCNN(s).to(policy.device, memory_format=policy.memory_format)
     load_canonical(model, params)
     return runtime.parity_steps(run, policy, model, make_optimizer(model, s, policy), nn.CrossEntropyLoss(), batch)

@@ -3,11 +3,13 @@
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/gru/__init__.py. keras.layers.GRU(reset_after=True) is the cuDNN form: on a GPU the
 TensorFlow and PyTorch backends run cuDNN's fused kernel (FAIRNESS.md: fused-rnn); JAX has no fused GRU, so
-Keras runs a lax.scan with the input projections of all time steps hoisted into one matmul.
+Keras runs a lax.scan with the input projections of all time steps hoisted into one matmul. On the
+CPU, TensorFlow runs its generic tf.while_loop over GRUCell and torch a Python loop; extras
+"gru_kernel" records what actually ran (runtime.watch_gru_kernel), fallbacks included.
 """
 import keras
 import numpy as np
-from keras import layers, ops
+from keras import layers
 
 from workloads.common import canonical
 from workloads.common.harness import Run
@@ -20,8 +22,9 @@ MATCHED = (
     "batch-major (batch, time, features) input, Keras' only RNN layout (the cuDNN path transposes "
     "inside); return_sequences=False gives the last time step's output; no masking of padding",
     "Adam: Keras adds epsilon to sqrt(v) (the paper's efficient form, an effective epsilon of "
-    "eps/sqrt(1-b2^t)); a 15-line subclass adds it to sqrt(v-hat), as PyTorch and the paper's "
-    "Algorithm 1 (stock Keras Adam: 8e-4 relative difference after two steps, beyond tolerance)",
+    "eps/sqrt(1-b2^t)); runtime.adam adds it to sqrt(v-hat), as PyTorch and the paper's Algorithm 1 "
+    "(stock Keras Adam: 8e-4 relative difference after two steps, beyond tolerance): TensorFlow's "
+    "ResourceApplyAdam with epsilon*sqrt(1-b2^t), PyTorch's own fused Adam on torch, Keras ops on JAX",
     "Adam on TensorFlow: the embedding's IndexedSlices gradient is summed to a dense gradient before "
     "it is squared (stock Keras squares each token occurrence's slice: a wrong second moment for "
     "tokens repeated in a batch, 4e-2 relative difference after two steps)",
@@ -44,37 +47,14 @@ def gru_classifier(s) -> keras.Model:
 
 # --- loss and optimizer -------------------------------------------------------------------------
 
-class Adam(keras.optimizers.Adam):
-    """Keras' Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
-
-    Keras' own update, w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v) + eps), is the paper's
-    "efficient" reordering, whose epsilon is in effect eps/sqrt(1-b2^t): 32x larger at step 1.
-    The embedding's gradient is made dense first: on TensorFlow it arrives as IndexedSlices, one
-    slice per token occurrence, and Keras' ops.square squares those slices before they are summed,
-    so a token seen twice in a batch would get a wrong second moment.
-    """
-
-    def update_step(self, gradient, variable, learning_rate):
-        dtype = variable.dtype
-        gradient = ops.cast(runtime.dense_gradient(gradient), dtype)
-        step = ops.cast(self.iterations + 1, dtype)
-        correction1 = 1 - ops.power(ops.cast(self.beta_1, dtype), step)
-        correction2 = 1 - ops.power(ops.cast(self.beta_2, dtype), step)
-        m = self._momentums[self._get_variable_index(variable)]
-        v = self._velocities[self._get_variable_index(variable)]
-        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
-        self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))
-        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
-        self.assign_sub(variable, ops.divide(ops.multiply(m, ops.cast(learning_rate, dtype) / correction1),
-                                             denominator))
-
-
-def compile_model(model: keras.Model, s) -> keras.Model:
-    # jit_compile="auto", as the CNN; TensorFlow with cuDNN's GRU runs without XLA (cuDNN's RNN ops
-    # are not XLA ops): the result's jit_compile extra records what it resolved to.
-    model.compile(optimizer=Adam(learning_rate=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2,
-                                 epsilon=s.epsilon),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+def compile_model(model: keras.Model, s, policy: runtime.KerasPolicy) -> keras.Model:
+    # jit_compile from the policy, as the CNN; Keras turns it off for TensorFlow's cuDNN GRU (cuDNN's
+    # RNN ops are not XLA ops): the result's jit_compile extra records what it ended as. Adam in
+    # PyTorch's epsilon form, through each backend's own Adam op where it has one (runtime.adam).
+    model.compile(optimizer=runtime.adam(learning_rate=s.learning_rate, beta_1=s.beta1, beta_2=s.beta2,
+                                         epsilon=s.epsilon),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=policy.jit_compile)
     return model
 
 
@@ -102,7 +82,11 @@ def run(run: Run) -> None:
         data = run.load_imdb()
 
     with run.phase("model_build"):
-        model = compile_model(gru_classifier(s), s)
+        runtime.watch_gru_kernel(run)  # which GRU kernel actually runs (extras gru_kernel), fallbacks included
+        model = compile_model(gru_classifier(s), s, policy)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     runtime.train_and_evaluate(run, policy, model, data)
 
 
@@ -111,6 +95,6 @@ def run(run: Run) -> None:
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
     policy = runtime.select_device(run)
-    model = compile_model(gru_classifier(s), s)
+    model = compile_model(gru_classifier(s), s, policy)
     load_canonical(model, params)
     return runtime.parity_steps(run, policy, model, batch)

@@ -37,6 +37,7 @@ class GRUClassifier(nn.Module):
 def make_optimizer(model, s, policy):
     # PyTorch adds epsilon after the square root of v-hat, as the Adam paper does (stock Keras adds
     # it to sqrt(v) before the bias correction: the Keras rows match PyTorch's form).
+    # fused: PyTorch's fused kernel where it has one (runtime.TorchPolicy; FAIRNESS.md: fused optimizers).
     return torch.optim.Adam(model.parameters(), lr=s.learning_rate, betas=(s.beta1, s.beta2), eps=s.epsilon,
                             fused=policy.fused_optimizer)
 
@@ -61,12 +62,16 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 def run(run: Run) -> None:
     s = run.settings
-    policy = runtime.select_device(run)
+    policy = runtime.select_device(run, convolutions=False)  # channels_last: not applicable
     with run.phase("data_load"):
         data = run.load_imdb()
     with run.phase("model_build"):
         model = GRUClassifier(s).to(policy.device)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s, policy)
+    runtime.watch_gru_kernel(run, model.gru)  # which kernel ran, read from the first training step
     runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 
@@ -74,7 +79,7 @@ def run(run: Run) -> None:
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     s = run.settings
-    policy = runtime.select_device(run)
+    policy = runtime.select_device(run, convolutions=False)
     model = GRUClassifier(s).to(policy.device)
     load_canonical(model, params)
     return runtime.parity_steps(run, policy, model, make_optimizer(model, s, policy), nn.CrossEntropyLoss(), batch)

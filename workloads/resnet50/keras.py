@@ -2,8 +2,9 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution; keras.applications.ResNet50
-is v1 (stride on the 1x1), so the model is written out. Random weights and random inputs (seed 0):
-weights do not change the timing. Inference is `predict_on_batch`, Keras' compiled predict function.
+is v1 (stride on the 1x1), so the model is written out. Random inputs (seed 0), and
+the canonical weights by default (--init canonical), Keras' own with --init framework. Inference
+is `predict_on_batch`, Keras' compiled predict function.
 """
 import keras
 from keras import layers
@@ -101,6 +102,9 @@ def run(run: Run) -> None:
 
     with run.phase("model_build"):
         model = resnet50_features(run.settings, policy.data_format)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
     runtime.extract_features(run, policy, model, images)
 
 

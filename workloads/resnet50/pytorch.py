@@ -2,7 +2,7 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing.
+Random inputs (seed 0); the canonical weights by default (--init canonical), PyTorch's own with --init framework.
 """
 import torch
 from torch import nn
@@ -14,7 +14,8 @@ from workloads.runtime import pytorch as runtime
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
     "batch-norm epsilon 1e-5 (PyTorch's default); eval mode uses the moving statistics",
-    "convolution kernels OIHW and NCHW input: canonical as is",
+    "convolution kernels OIHW and NCHW input: canonical as is (channels_last=on changes the memory "
+    "layout only, not the logical NCHW shape the weights load into)",
 )
 
 
@@ -100,7 +101,11 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         images = run.random_images()
     with run.phase("model_build"):
-        model = ResNet50Features().to(policy.device).eval()  # eval: batch-norm uses running statistics
+        model = ResNet50Features().to(policy.device, memory_format=policy.memory_format)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
+        model.eval()  # eval: batch-norm uses running statistics
     runtime.extract_features(run, policy, model, images)
 
 
@@ -108,7 +113,7 @@ def run(run: Run) -> None:
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
-    model = ResNet50Features().to(policy.device)
+    model = ResNet50Features().to(policy.device, memory_format=policy.memory_format)
     load_canonical(model, params)
     return runtime.parity_features(run, policy, model, batch)
 

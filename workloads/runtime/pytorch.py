@@ -1,9 +1,9 @@
 """PyTorch's runtime for the three PyTorch workloads: the device policy and the loops, written once.
 
 `select_device(run)` picks the device, refuses what it cannot do and returns a `TorchPolicy`
-(device, precision, autocast, loss scaler, fused optimizers); the workloads read those choices
-from it. `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a
-workload's model through the shared loops of workloads/common/loop.py.
+(device, precision, autocast, loss scaler, fused optimizers, memory format); the workloads read
+those choices from it. `train_and_evaluate`, `parity_steps`, `extract_features` and
+`parity_features` run a workload's model through the shared loops of workloads/common/loop.py.
 """
 from __future__ import annotations
 
@@ -24,11 +24,23 @@ _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class TorchPolicy(Policy):
     """The device (a torch.device) and what the cell's precision asks of PyTorch."""
 
-    def __init__(self, device: torch.device, precision: str):
+    def __init__(self, device: torch.device, precision: str, memory_format=torch.contiguous_format):
         super().__init__(device, precision)
         self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)  # None: no autocast (fp32, tf32)
-        # Fused optimizers check fp16 overflow on the device, so no step waits for the host.
-        self.fused_optimizer = device.type == "cuda"
+        # PyTorch's fused SGD and Adam kernels (CUDA and, since 2.4, CPU): one kernel updates every
+        # parameter, where the default runs a for-loop of per-parameter ops on the CPU and
+        # multi-tensor "foreach" ops on CUDA (FAIRNESS.md: fused optimizers). They also check fp16
+        # overflow on the device, so no step waits for the host.
+        self.fused_optimizer = device.type in _fused_optimizer_devices()
+        # torch.channels_last (option channels_last=on, convolutional models only) or contiguous (NCHW)
+        self.memory_format = memory_format
+
+    def batch(self, array: np.ndarray) -> torch.Tensor:
+        """An input batch on the device, in the policy's memory format when it is an image batch."""
+        tensor = to_device(array, self.device)
+        if tensor.dim() == 4 and self.memory_format is not torch.contiguous_format:
+            tensor = tensor.contiguous(memory_format=self.memory_format)  # NCHW values, NHWC in memory
+        return tensor
 
     def autocast(self):
         """Mixed precision through PyTorch's own autocast; fp32 and tf32 run without it."""
@@ -41,8 +53,19 @@ class TorchPolicy(Policy):
         return torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
 
 
-def select_device(run: Run) -> TorchPolicy:
-    """Pick the device, refuse what it cannot do (before any work), set the global switches."""
+def _fused_optimizer_devices() -> tuple:
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+        return tuple(_get_fused_kernels_supported_devices())
+    except ImportError:  # an older PyTorch: fused kernels on CUDA only
+        return ("cuda",)
+
+
+def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
+    """Pick the device, refuse what it cannot do (before any work), set the global switches.
+
+    ``convolutions``: whether the workload's model has any, for the channels_last option (the
+    GRU has none: the option is recorded as not applicable there)."""
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
         if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
@@ -60,6 +83,8 @@ def select_device(run: Run) -> TorchPolicy:
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True  # cuDNN autotuning (FAIRNESS.md: autotune); its cost lands in the first step
+    channels_last = run.option("channels_last") == "on"
+    memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
     torch.manual_seed(SEED)
     if device.type == "cuda":
         run.sync = torch.cuda.synchronize
@@ -69,12 +94,30 @@ def select_device(run: Run) -> TorchPolicy:
         cuda_version=torch.version.cuda if device.type == "cuda" else None,
         cudnn_version=str(torch.backends.cudnn.version()) if device.type == "cuda" else None,
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        extras={"layout": "NCHW / TNC", "cudnn_benchmark": "true",
-                "allow_tf32": str(precision == "tf32").lower(),
+        extras={"layout": _layout(channels_last, convolutions), "cudnn_benchmark": "true",
+                "tf32": _tf32_reported(device),
                 "autocast": str(_AUTOCAST_DTYPES.get(precision, "none")),
                 "threads": str(torch.get_num_threads())},
     )
-    return TorchPolicy(device, precision)
+    return TorchPolicy(device, precision, memory_format)
+
+
+def _layout(channels_last: bool, convolutions: bool) -> str:
+    if not convolutions:
+        return "TNC" + (" (channels_last=on: not applicable, this model has no convolution)" if channels_last else "")
+    return "NHWC (channels_last)" if channels_last else "NCHW"
+
+
+def _tf32_reported(device: torch.device) -> str:
+    """What PyTorch reports about TF32 after select_device set it (read back, not assumed)."""
+    if device.type != "cuda":
+        return "n/a (CPU)"
+    try:
+        return (f"matmul {str(torch.backends.cuda.matmul.allow_tf32).lower()}, cudnn "
+                f"{str(torch.backends.cudnn.allow_tf32).lower()} (torch.backends.cuda.matmul.allow_tf32, "
+                f"torch.backends.cudnn.allow_tf32); float32 matmul precision {torch.get_float32_matmul_precision()}")
+    except RuntimeError as error:  # e.g. PyTorch refusing a mix of its legacy and new TF32 switches
+        return f"unreadable ({error})"
 
 
 def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -99,7 +142,7 @@ def _train_step(policy: TorchPolicy, model, optimizer, loss_function):
     scaler = policy.grad_scaler()
 
     def step(x: np.ndarray, y: np.ndarray) -> torch.Tensor:
-        inputs, labels = to_device(x, policy.device), to_device(y, policy.device)
+        inputs, labels = policy.batch(x), to_device(y, policy.device)
         optimizer.zero_grad(set_to_none=True)
         with policy.autocast():
             loss = loss_function(model(inputs), labels)
@@ -115,12 +158,13 @@ def train_and_evaluate(run: Run, policy: TorchPolicy, model, optimizer, loss_fun
     with run.phase("model_build"):  # added to the workload's model_build
         step = _train_step(policy, model, optimizer, loss_function)
     run.set_parameter_count(parameter_count(model))
+    run.set_provenance(extras={"optimizer": describe_optimizer(optimizer, policy.device)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
     model.eval()  # dropout off (FAIRNESS.md: eval-mode)
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> torch.Tensor:
-        predictions = model(to_device(x, policy.device)).argmax(dim=1)
+        predictions = model(policy.batch(x)).argmax(dim=1)
         return (predictions == to_device(y, policy.device)).sum()  # summed on the device
 
     with torch.inference_mode(), policy.autocast():
@@ -135,7 +179,7 @@ def parity_steps(run: Run, policy: TorchPolicy, model, optimizer, loss_function,
 
     def forward(x: np.ndarray) -> torch.Tensor:
         with torch.no_grad():
-            return model(to_device(x, policy.device))
+            return model(policy.batch(x))
 
     return loop.parity_outputs(forward, _train_step(policy, model, optimizer, loss_function), batch,
                                to_numpy=lambda logits: logits.cpu().numpy())
@@ -148,11 +192,60 @@ def extract_features(run: Run, policy: TorchPolicy, model, images: np.ndarray) -
     run.set_parameter_count(parameter_count(model))
     model.eval()  # batch norm on its running statistics
     with torch.inference_mode(), policy.autocast():
-        loop.infer(run, images, lambda batch: model(to_device(batch, policy.device)))
+        loop.infer(run, images, lambda batch: model(policy.batch(batch)), to_host=to_host)
     run.record_peak_device_memory(_peak_device_memory_mb(policy.device))
+
+
+def to_host(features: torch.Tensor) -> np.ndarray:
+    """The features as a numpy array on the host (inside every timed batch: FAIRNESS.md, host-copy);
+    bf16 goes through fp32 first, numpy having no bfloat16."""
+    if features.dtype == torch.bfloat16:
+        features = features.float()
+    return features.cpu().numpy()
 
 
 def parity_features(run: Run, policy: TorchPolicy, model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     with torch.inference_mode():
-        return {"features": model.eval()(to_device(batch["x"], policy.device)).cpu().numpy()}
+        return {"features": to_host(model.eval()(policy.batch(batch["x"])))}
+
+
+# --- what ran -------------------------------------------------------------------------------------
+
+def describe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> str:
+    """Which implementation of the update runs (extras "optimizer"): fused, foreach or for-loop."""
+    defaults = optimizer.defaults
+    name = f"torch.optim.{type(optimizer).__name__}"
+    if defaults.get("fused"):
+        return f"{name}(fused=True): PyTorch's fused kernel, one per step for every parameter (fused, on {device.type})"
+    if defaults.get("foreach") or (defaults.get("foreach") is None and device.type == "cuda"):
+        return f"{name}(foreach): multi-tensor foreach ops (built-in op, not fused)"
+    return f"{name}: a for-loop of per-parameter ops (written out by PyTorch; no fused kernel on {device.type})"
+
+
+def watch_gru_kernel(run: Run, gru: torch.nn.GRU) -> None:
+    """Record which GRU kernel the first training step actually ran (extras "gru_kernel"), read from
+    the autograd node that produced nn.GRU's output: cuDNN's fused kernel leaves CudnnRnnBackward0,
+    ATen's native GRU (its CPU path) the StackBackward0 of its loop over the time steps."""
+    def hook(module, inputs, outputs):
+        node = outputs[0].grad_fn
+        if node is None:  # no autograd here (inference): the next training step tells
+            return
+        handle.remove()
+        name, device = type(node).__name__, outputs[0].device.type
+        steps = inputs[0].shape[0]  # time-major
+        if "Cudnn" in name:
+            kernel = f"cudnn: cuDNN's fused GRU through torch.nn.GRU (autograd node {name})"
+        elif "Miopen" in name:
+            kernel = f"miopen: MIOpen's fused GRU through torch.nn.GRU (autograd node {name})"
+        elif "Mkldnn" in name:
+            kernel = f"fused-cpu: oneDNN GRU through torch.nn.GRU (autograd node {name})"
+        elif device == "cpu":
+            kernel = (f"fused-cpu: ATen's native CPU GRU, one aten::gru call: a C++ loop over {steps} time steps "
+                      f"with the input projections in one matmul (PyTorch has no oneDNN GRU; autograd node {name})")
+        else:
+            kernel = (f"aten-loop: ATen's native GRU on {device} without cuDNN, a C++ loop of per-step GRU cells "
+                      f"(autograd node {name})")
+        run.set_provenance(extras={"gru_kernel": kernel})
+
+    handle = gru.register_forward_hook(hook)

@@ -1,0 +1,267 @@
+"""Probes of the PyTorch and Keras rows' fairness rules, run INSIDE a framework's cached environment.
+
+    <venv>/bin/python tests/fairness_probes.py pytorch|keras-tf|keras-jax|keras-torch
+
+prints one JSON object of facts, which tests/test_pytorch_fairness.py and tests/test_keras_units.py
+check (they start this script with the framework's interpreter from the local backend's cache, and
+skip where that environment has not been built). Everything runs on the CPU, on synthetic data,
+with settings cut to a few small batches: the rules do not depend on sizes. Not a test module
+itself (no test_ prefix): it needs the framework, which the host's interpreter lacks.
+"""
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workloads.common import canonical, naming  # noqa: E402
+
+FRAMEWORK = sys.argv[1] if __name__ == "__main__" else ""
+
+from workloads.common.harness import Run  # noqa: E402
+from workloads.common.result import Cell  # noqa: E402
+
+TRAIN_STEPS = 20  # the trace-once rule is checked over at least 20 steps
+SMALL = dict(batch_size=16, max_eval_batches=1)
+
+
+def make_run(workload: str, *, init: str = "canonical", options=None, **settings) -> Run:
+    cell = Cell(framework=FRAMEWORK, workload=workload, profile="smoke", data="synthetic", init=init,
+                options=dict(options or {}))
+    run = Run(cell, device="cpu")
+    run.settings = dataclasses.replace(run.settings, **settings)
+    return run
+
+
+def summary(run: Run) -> dict:
+    result = run.finish()
+    return {"status": result.status, "reason": result.reason, "traces": result.samples.traces,
+            "steps": sum(result.samples.epoch_steps), "first_loss": result.samples.first_loss,
+            "epoch_losses": result.samples.epoch_losses, "extras": result.provenance.extras}
+
+
+def max_relative(a, b) -> float:
+    import numpy as np
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def built_model(module, runtime_module, workload: str, init: str, capture: str, **settings):
+    """The model `module.run` builds (with --init ``init``), caught where run hands it to its runtime."""
+    caught = {}
+
+    def catch(run, policy, model, *rest):
+        caught["model"] = model
+
+    original = getattr(runtime_module, capture)
+    setattr(runtime_module, capture, catch)
+    try:
+        run = make_run(workload, init=init, **settings)
+        module.run(run)
+    finally:
+        setattr(runtime_module, capture, original)
+    return caught["model"], run
+
+
+# --- PyTorch -----------------------------------------------------------------------------------------
+
+def pytorch_facts() -> dict:
+    import numpy as np
+    import torch
+
+    from workloads.cnn import pytorch as cnn
+    from workloads.gru import pytorch as gru
+    from workloads.resnet50 import pytorch as resnet50
+    from workloads.runtime import pytorch as runtime
+
+    facts = {}
+    # channels_last: the same outputs as NCHW (parity's own path), the model really in NHWC memory
+    for workload, module in (("cnn", cnn), ("resnet50", resnet50)):
+        params, batch = canonical.parameters(workload), canonical.parity_batch(workload)
+        outputs = {}
+        for value in ("off", "on"):
+            run = make_run(workload, options={"channels_last": value} if value == "on" else {})
+            outputs[value] = module.parity(run, params, batch)
+            outputs[value + "_layout"] = run.result.provenance.extras["layout"]
+        facts[f"{workload}_channels_last"] = {
+            "layout_off": outputs["off_layout"], "layout_on": outputs["on_layout"],
+            "max_relative": {name: max_relative(outputs["on"][name], outputs["off"][name]) for name in outputs["off"]},
+        }
+        model, run = built_model(module, runtime, workload, "canonical",
+                                 "train_and_evaluate" if workload == "cnn" else "extract_features",
+                                 options={"channels_last": "on"})
+        convolutions = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+        facts[f"{workload}_channels_last"]["conv_weights_nhwc"] = all(
+            c.weight.is_contiguous(memory_format=torch.channels_last) for c in convolutions)
+        policy = runtime.select_device(run)
+        facts[f"{workload}_channels_last"]["batch_nhwc"] = policy.batch(
+            batch["x"]).is_contiguous(memory_format=torch.channels_last)
+
+    run = make_run("gru", options={"channels_last": "on"})
+    policy = runtime.select_device(run, convolutions=False)
+    facts["gru_channels_last"] = {"layout": run.result.provenance.extras["layout"],
+                                  "memory_format": str(policy.memory_format)}
+
+    # the same start: run() loads the canonical weights (or keeps PyTorch's own with --init framework)
+    for init in ("canonical", "framework"):
+        model, run = built_model(cnn, runtime, "cnn", init, "train_and_evaluate")
+        conv1 = model.layers[0].weight.detach().numpy()
+        expected = canonical.parameters("cnn")["conv1.kernel"]
+        facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(conv1, expected)),
+                                     "extra": run.result.provenance.extras.get("init")}
+
+    # a short GRU run: what ran (kernel, optimizer), TF32 on the CPU
+    run = make_run("gru", max_train_batches=2, sequence_length=20, **SMALL)
+    gru.run(run)
+    facts["gru_run"] = summary(run)
+    run = make_run("cnn", max_train_batches=2, **SMALL)
+    cnn.run(run)
+    facts["cnn_run"] = summary(run)
+
+    # the host copy: bf16 features reach numpy (which has no bfloat16) as float32
+    facts["to_host_bf16"] = str(runtime.to_host(torch.ones(2, 3, dtype=torch.bfloat16)).dtype)
+    return facts
+
+
+# --- Keras ---------------------------------------------------------------------------------------------
+
+def keras_facts() -> dict:
+    import numpy as np
+
+    from workloads.cnn import keras as cnn
+    from workloads.gru import keras as gru
+    from workloads.resnet50 import keras as resnet50
+    from workloads.runtime import keras as runtime
+
+    facts = {"backend": runtime.BACKEND}
+    # the benchmark's own training path over TRAIN_STEPS steps: traces, what ran
+    run = make_run("cnn", max_train_batches=TRAIN_STEPS, **SMALL)
+    cnn.run(run)
+    facts["cnn_run"] = summary(run)
+    run = make_run("gru", max_train_batches=TRAIN_STEPS, sequence_length=20, **SMALL)
+    gru.run(run)
+    facts["gru_run"] = summary(run)
+    run = make_run("resnet50", batch_size=2, warmup_batches=2, batches=4)  # inference: predict_step
+    resnet50.run(run)
+    facts["resnet50_run"] = summary(run)
+
+    # the same start
+    for init in ("canonical", "framework"):
+        model, run = built_model(cnn, runtime, "cnn", init, "train_and_evaluate")
+        kernel = keras_numpy(model.get_layer("conv1").kernel)
+        expected = canonical.oihw_to_hwio(canonical.parameters("cnn")["conv1.kernel"])
+        facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(kernel, expected)),
+                                     "extra": run.result.provenance.extras.get("init")}
+
+    # XLA: the option on TensorFlow, always on JAX, never on torch
+    xla = {}
+    for value in ("off", "on") if FRAMEWORK == "keras-tf" else ("default",):
+        run = make_run("cnn", options={"xla": value} if value == "on" else {})
+        policy = runtime.select_device(run)
+        model = cnn.compile_model(cnn.vgg_style_cnn(run.settings, policy.data_format), run.settings, policy)
+        xla[value] = {"jit_compile": bool(model.jit_compile), "extra": run.result.provenance.extras["xla"]}
+    facts["xla"] = xla
+
+    facts["optimizers"] = optimizer_updates()
+    if runtime.BACKEND == "torch":
+        facts["torch_cudnn_fallback"] = torch_cudnn_fallback(runtime)
+    return facts
+
+
+def keras_numpy(value):
+    import keras
+    return keras.ops.convert_to_numpy(value)
+
+
+def optimizer_updates() -> dict:
+    """runtime.sgd_momentum and runtime.adam applied for three steps to one variable, with gradients
+    from 1e-9 to 1 (Adam's epsilon form shows on the small ones), and the weights they end at."""
+    import keras
+    import numpy as np
+
+    from workloads.runtime import keras as runtime
+
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(6,)).astype(np.float32)
+    scale = np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0], dtype=np.float32)
+    gradients = [(rng.normal(size=(6,)) * scale).astype(np.float32) for _ in range(3)]
+    out = {"start": start.tolist(), "gradients": [g.tolist() for g in gradients]}
+    for name, optimizer in (("sgd", runtime.sgd_momentum(learning_rate=0.01, momentum=0.9)),
+                            ("adam", runtime.adam(learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8))):
+        variable = keras.Variable(start.copy())
+        optimizer.build([variable])
+        for gradient in gradients:
+            optimizer.apply([keras.ops.convert_to_tensor(gradient)], [variable])
+        out[name] = {"weights": keras_numpy(variable).tolist(), "description": runtime.describe_optimizer(optimizer)}
+    if runtime.BACKEND == "tensorflow":  # an embedding's gradient: IndexedSlices, a token repeated
+        import tensorflow as tf
+        table = keras.Variable(start.reshape(3, 2).copy())
+        optimizer = runtime.adam(learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8)
+        optimizer.build([table])
+        slices = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0]]), tf.constant([1, 1]), tf.constant([3, 2]))
+        optimizer.apply([slices], [table])
+        out["adam_indexed_slices"] = keras_numpy(table).tolist()
+    return out
+
+
+def torch_cudnn_fallback(runtime) -> dict:
+    """Keras' torch gru falls back to its Python loop when its cuDNN call raises: the watch must say
+    so. No GPU here, so the cuDNN call is made to raise by hand, as Keras' gru would see it."""
+    import importlib
+
+    import keras
+    import torch
+
+    rnn = importlib.import_module("keras.src.backend.torch.rnn")  # the module (its package exports a function rnn)
+
+    run = make_run("gru")
+    runtime.watch_gru_kernel(run)
+    inputs = torch.zeros(2, 5, 3)
+    try:
+        rnn._cudnn_gru(inputs, torch.zeros(2, 4), None, None, None, return_sequences=False, device=inputs.device)
+    except Exception:  # noqa: BLE001 - raising is the point
+        pass
+    kernel, recurrent = torch.zeros(3, 12), torch.zeros(4, 12)
+    rnn._fallback_gru(inputs, torch.zeros(2, 4), kernel, recurrent, torch.zeros(2, 12), keras.activations.tanh,
+                      keras.activations.sigmoid, False)
+    return {"gru_kernel": run.result.provenance.extras.get("gru_kernel")}
+
+
+# --- on the host: run this file in a framework's cached environment -----------------------------------
+
+_FACTS = {}
+
+
+def facts(framework: str, timeout: float = 1200) -> dict:
+    """This file's facts for ``framework``, from its cached CPU environment (built by the local
+    backend on first use: `python -m orchestrator run-matrix --backend local ...`); the calling test
+    skips where it has not been built. Run once per test session and framework."""
+    import subprocess
+
+    import pytest
+
+    if framework not in _FACTS:
+        from orchestrator.backends.local import READY_MARKER, LocalBackend
+        from orchestrator.frameworks import discover
+
+        frameworks = discover()
+        backend = LocalBackend(frameworks, log=lambda line: None)
+        venv = backend.environment_dir(frameworks[framework].variant("cpu"), framework)
+        if not (venv / READY_MARKER).is_file():
+            pytest.skip(f"the {framework}/cpu environment is not built ({venv}); `python -m orchestrator run-matrix "
+                        f"--backend local --frameworks {framework} --profile smoke --data synthetic` builds it")
+        completed = subprocess.run([str(venv / "bin" / "python"), __file__, framework], capture_output=True, text=True,
+                                   timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
+        lines = [line for line in completed.stdout.splitlines() if line.startswith("FACTS ")]
+        assert completed.returncode == 0 and lines, f"the {framework} probe failed:\n{completed.stderr[-4000:]}"
+        _FACTS[framework] = json.loads(lines[-1][len("FACTS "):])
+    return _FACTS[framework]
+
+
+if __name__ == "__main__":
+    os.environ.update(naming.environment(FRAMEWORK))  # KERAS_BACKEND, before any Keras import
+    os.environ.update(naming.precision_environment("fp32"))
+    found = pytorch_facts() if FRAMEWORK == "pytorch" else keras_facts()
+    print("FACTS " + json.dumps(found, default=str))

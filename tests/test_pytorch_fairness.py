@@ -1,0 +1,65 @@
+"""The PyTorch row's fairness rules (issue 10), checked on the real PyTorch in its cached CPU environment.
+
+tests/fairness_probes.py runs there (one process for this module) and reports what the workloads
+did; these tests check it. They skip where the pytorch/cpu environment has not been built. No
+wall-clock figure is asserted.
+"""
+import pytest
+
+from fairness_probes import facts
+from workloads.common import canonical
+
+pytestmark = pytest.mark.e2e  # the real PyTorch, in its cached environment (skipped where it is not built)
+
+
+@pytest.fixture(scope="module")
+def pytorch():
+    return facts("pytorch")
+
+
+@pytest.mark.parametrize("workload", ["cnn", "resnet50"])
+def test_channels_last_gives_the_same_outputs_in_nhwc_memory(pytorch, workload):
+    """channels_last=on: model and input batches really in NHWC memory, the outputs those of NCHW
+    (parity's logits, and after two training steps, or the features) within the parity tolerance."""
+    found = pytorch[f"{workload}_channels_last"]
+    assert found["layout_off"] == "NCHW" and found["layout_on"] == "NHWC (channels_last)"
+    assert found["conv_weights_nhwc"] and found["batch_nhwc"]
+    assert found["max_relative"], found
+    for name, difference in found["max_relative"].items():
+        assert difference <= canonical.PARITY_TOLERANCE, (name, difference)
+
+
+def test_channels_last_is_not_applicable_to_the_gru(pytorch):
+    found = pytorch["gru_channels_last"]
+    assert found["memory_format"] == "torch.contiguous_format"
+    assert "not applicable" in found["layout"]
+
+
+@pytest.mark.parametrize("init, canonical_start", [("canonical", True), ("framework", False)])
+def test_run_starts_from_the_canonical_weights_unless_told_otherwise(pytorch, init, canonical_start):
+    found = pytorch[f"cnn_init_{init}"]
+    assert found == {"equals_canonical": canonical_start, "extra": init}
+
+
+@pytest.mark.parametrize("workload, optimizer", [("cnn", "SGD"), ("gru", "Adam")])
+def test_the_optimizer_is_pytorchs_fused_kernel_and_says_so(pytorch, workload, optimizer):
+    run = pytorch[f"{workload}_run"]
+    assert run["status"] == "ok", run["reason"]
+    assert run["extras"]["optimizer"].startswith(f"torch.optim.{optimizer}(fused=True)")
+    assert run["extras"]["init"] == "canonical"
+
+
+def test_gru_kernel_is_read_from_what_ran(pytorch):
+    """On the CPU nn.GRU runs ATen's native GRU (no cuDNN, no oneDNN GRU): the autograd node says so."""
+    kernel = pytorch["gru_run"]["extras"]["gru_kernel"]
+    assert kernel.startswith("fused-cpu: ATen's native CPU GRU") and "over 20 time steps" in kernel
+    assert "autograd node StackBackward0" in kernel
+
+
+def test_tf32_is_not_applicable_on_the_cpu(pytorch):
+    assert pytorch["cnn_run"]["extras"]["tf32"] == "n/a (CPU)"
+    assert "allow_tf32" not in pytorch["cnn_run"]["extras"]
+
+
+def test_host_copy_of_bf16_features_is_float32(pytorch):
+    assert pytorch["to_host_bf16"] == "float32"
