@@ -3,10 +3,16 @@
 No MindSpore import: what the MindSpore files compute (and what mindspore 2.10.0 computes, as its
 source and operator documentation write it) is restated here in numpy and compared with the
 canonical (PyTorch) computation, so these tests run in the host environment; the parity check
-runs the real thing.
+runs the real thing. The fairness rules (the same start, trace counts, the oneDNN option, the
+built-in Adam, the records) are checked in the cached MindSpore environment the local backend built
+(skipped where there is none).
 """
+import json
 import math
+import os
 import re
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -153,24 +159,29 @@ def adam_steps(gradients, lr, b1, b2, eps, form):
             v = v * b2 + g * g * (1 - b2)
             denominator = np.sqrt(v) / math.sqrt(bias_correction2) + eps
             w = w + (-(lr / bias_correction1)) * (m / denominator)
-        else:  # ops.Adam, behind nn.Adam and experimental.optim.Adam (its documented formula)
+        else:  # ops.Adam (ApplyAdam), behind nn.Adam and experimental.optim.Adam (its documented formula)
+            epsilon = eps * math.sqrt(bias_correction2) if form == "ops, epsilon rescaled" else eps  # runtime.Adam's
             m = m + (g - m) * (1 - b1)
             v = v + (g * g - v) * (1 - b2)
-            w = w - lr * math.sqrt(bias_correction2) / bias_correction1 * m / (np.sqrt(v) + eps)
+            w = w - lr * math.sqrt(bias_correction2) / bias_correction1 * m / (np.sqrt(v) + epsilon)
     return w
 
 
-def test_mint_adam_is_pytorchs_and_ops_adam_is_not():
-    """gru/mindspore.py uses mint.optim.Adam: epsilon after sqrt(v-hat). ops.Adam adds it to sqrt(v)."""
+def test_ops_adam_with_rescaled_epsilon_is_pytorchs_and_with_plain_epsilon_is_not():
+    """gru/mindspore.py uses runtime.Adam: ops.Adam handed eps * sqrt(1 - beta2^t), which is PyTorch's
+    epsilon-after-sqrt(v-hat); ops.Adam with the plain epsilon (nn.Adam) adds it to sqrt(v)."""
     s = hyperparams.settings("gru", "full")
     gradients = RNG.normal(size=(3, 6)) * np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0])
     torch_form = adam_steps(gradients, s.learning_rate, s.beta1, s.beta2, s.epsilon, "torch")
-    np.testing.assert_allclose(adam_steps(gradients, s.learning_rate, s.beta1, s.beta2, s.epsilon, "mint"),
-                               torch_form, rtol=1e-10)
+    for form in ("mint", "ops, epsilon rescaled"):
+        np.testing.assert_allclose(adam_steps(gradients, s.learning_rate, s.beta1, s.beta2, s.epsilon, form),
+                                   torch_form, rtol=1e-10)
     ops_form = adam_steps(gradients, s.learning_rate, s.beta1, s.beta2, s.epsilon, "ops")
     assert not np.allclose(ops_form[:3], torch_form[:3], rtol=1e-3)  # tiny gradients: epsilon dominates
     source = (ROOT / "workloads" / "gru" / "mindspore.py").read_text()
-    assert "mint.optim.Adam(" in source and "nn.Adam(" not in source
+    assert "runtime.Adam(" in source and "nn.Adam(" not in source
+    runtime_source = (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
+    assert "epsilon = self.eps * ops.sqrt(1.0 - beta2_power)" in runtime_source
 
 
 def test_mean_softmax_cross_entropy_with_integer_labels():
@@ -199,8 +210,181 @@ def test_workload_files_keep_the_common_sections_and_a_matched_list():
         assert "MATCHED = (" in source and "def load_canonical(" in source and "def parity(" in source
 
 
-def test_cpu_runs_cap_onednn_at_avx2_unless_told_otherwise():
-    """runtime/mindspore.py: oneDNN's reference convolution is avoided with setdefault, so a user's value wins."""
+def test_the_runtime_sets_onednn_from_the_option_not_with_setdefault():
+    """An inherited ONEDNN_MAX_CPU_ISA must not win over the option (it did with os.environ.setdefault)."""
     source = (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
-    assert 'ONEDNN_ISA_CAP = "AVX2"' in source
-    assert 'os.environ.setdefault("ONEDNN_MAX_CPU_ISA", ONEDNN_ISA_CAP)' in source
+    assert "setdefault" not in source
+    assert 'os.environ["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[chosen]' in source
+    assert 'ONEDNN_ISA = {"avx2": "AVX2", "all": "ALL"}' in source
+    from workloads.common import options
+
+    assert options.declared("mindspore")["onednn_max_cpu_isa"].values == ("avx2", "all")
+
+
+# --- fairness rules, run in the cached MindSpore environment (the local backend's; never built here) --
+
+def framework_python(framework: str) -> str:
+    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
+    from orchestrator.backends.local import READY_MARKER, LocalBackend
+    from orchestrator.frameworks import discover
+
+    registry = discover()
+    venv = LocalBackend(registry).environment_dir(registry[framework].variant("cpu"), framework)
+    if not (venv / READY_MARKER).is_file():
+        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
+    return str(venv / "bin" / "python")
+
+
+PRELUDE = """
+import dataclasses, importlib, json
+import numpy as np
+from workloads.common import canonical
+from workloads.common.harness import Run
+from workloads.common.result import Cell
+
+def cell_run(workload, init="canonical", options=None, **settings):
+    run = Run(Cell("mindspore", workload, profile="smoke", data="synthetic", init=init, options=options or {}),
+              device="cpu")
+    run.settings = dataclasses.replace(run.settings, **settings)
+    return run
+
+def say(value):
+    print("RESULT " + json.dumps(value), flush=True)
+"""
+
+
+def in_mindspore(script: str, **environment) -> tuple:
+    """Run a script in MindSpore's environment, from a file (mindspore.jit parses its functions' source)."""
+    python = framework_python("mindspore")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "check.py"
+        path.write_text(PRELUDE + script)
+        # run in the temporary folder: a failed compilation leaves MindSpore's rank_0/ in the working directory
+        completed = subprocess.run([python, str(path)], cwd=folder, capture_output=True, text=True, timeout=900,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT), **environment})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):]), completed.stdout
+
+
+def test_twenty_steps_compile_each_step_once_from_the_canonical_start():
+    """The trace-once rule: 2 epochs x 10 training steps and 2 evaluation batches of one shape compile the
+    training step and the evaluation step once each (samples.traces, counted while MindSpore compiles).
+    The cell starts from the canonical weights (run() loads them as parity() does) and records init,
+    the optimizer and oneDNN's instruction set."""
+    found, _ = in_mindspore("""
+module = importlib.import_module("workloads.cnn.mindspore")
+loaded = []
+original = module.load_canonical
+def spy(network, params):
+    loaded.append(float(np.abs(params["dense1.kernel"]).sum()))
+    return original(network, params)
+module.load_canonical = spy
+run = cell_run("cnn", epochs=2, max_train_batches=10, max_eval_batches=2)
+module.run(run)
+result = run.finish()
+say({"traces": result.samples.traces, "steps": result.samples.epoch_steps, "status": result.status,
+     "loaded": loaded, "canonical": float(np.abs(canonical.parameters("cnn")["dense1.kernel"]).sum()),
+     "extras": result.provenance.extras})
+""")
+    assert found["status"] == "ok" and found["steps"] == [10, 10]
+    assert found["traces"] == {"train_step": 1, "eval_step": 1}
+    assert found["loaded"] == [found["canonical"]]
+    extras = found["extras"]
+    assert extras["init"] == "canonical" and "ApplyMomentum" in extras["optimizer"]
+    assert extras["tf32"] == "n/a (CPU)" and extras["option.onednn_max_cpu_isa"] == "avx2"
+
+
+def test_a_new_input_shape_compiles_again_and_the_counter_sees_it():
+    """The counter counts compilations, not calls: a second batch shape is a second trace (so a retrace
+    would show), ResNet-50's forward compiles once for its one batch shape, and --init framework
+    leaves MindSpore's initialisers (no canonical load)."""
+    found, _ = in_mindspore("""
+import mindspore as ms
+from workloads.runtime import mindspore as runtime
+run = cell_run("cnn", init="framework")
+policy = runtime.select_device(run)
+note_trace = runtime.trace_counter(run)
+
+@ms.jit
+def double(x):
+    note_trace("double")
+    return x * 2
+
+for rows in (4, 4, 4, 3, 3, 4):
+    double(ms.Tensor(np.ones((rows, 2), np.float32))).asnumpy()
+traces = dict(run.result.samples.traces)
+
+module = importlib.import_module("workloads.resnet50.mindspore")
+loaded = []
+module.load_canonical = lambda *arguments: loaded.append(1)
+resnet = cell_run("resnet50", init="framework", batch_size=2, batches=3, warmup_batches=2)
+module.run(resnet)
+result = resnet.finish()
+say({"traces": traces, "resnet traces": result.samples.traces, "status": result.status, "loaded": loaded,
+     "init": result.provenance.extras["init"], "batches": len(result.samples.batch_times_s)})
+""")
+    assert found["traces"] == {"double": 2}
+    assert found["resnet traces"] == {"forward": 1} and found["status"] == "ok" and found["batches"] == 3
+    assert found["loaded"] == [] and found["init"] == "framework"
+
+
+@pytest.mark.parametrize("option, expected", [("avx2", "AVX2"), ("all", "ALL")])
+def test_the_onednn_option_beats_an_inherited_value_and_oneDNN_reports_it(option, expected):
+    """ONEDNN_MAX_CPU_ISA=SSE41 inherited from the environment: the option's value is set all the same,
+    before the first oneDNN primitive, and oneDNN itself (its verbose log, and the effective instruction
+    set read back from its library) runs what the option says."""
+    found, stdout = in_mindspore(f"""
+import mindspore as ms
+from mindspore import nn
+from workloads.runtime import mindspore as runtime
+run = cell_run("cnn", options={{"onednn_max_cpu_isa": "{option}"}})
+runtime.select_device(run)
+convolution = nn.Conv2d(3, 4, 3, pad_mode="pad", padding=1)
+convolution(ms.Tensor(np.ones((1, 3, 8, 8), np.float32))).asnumpy()
+say(run.result.provenance.extras)
+""", ONEDNN_MAX_CPU_ISA="SSE41", ONEDNN_VERBOSE="1")
+    assert found["onednn_max_cpu_isa"].startswith(expected)
+    assert found["onednn_max_cpu_isa_inherited"] == "SSE41 (overridden by the option)"
+    [isa] = [line.split("isa:", 1)[1] for line in stdout.splitlines() if "info,cpu,isa:" in line]
+    assert "SSE4.1" not in isa and not found["onednn_effective_isa"].startswith("SSE41")
+    if option == "avx2":
+        assert isa == "Intel AVX2" and found["onednn_effective_isa"] == "AVX2 (0x7)"
+
+
+def test_built_in_adam_is_pytorchs_adam_on_the_real_ops_and_the_records_say_what_ran():
+    """runtime.Adam (ops.Adam, epsilon rescaled) against PyTorch's formula in float64 on gradients from
+    1e-9 to 1, in a compiled step; nn.GRU's kernel on the CPU is the unrolled cell loop; to_host hands
+    numpy over and leaves run.sync nothing to wait for."""
+    found, _ = in_mindspore("""
+import mindspore as ms
+from workloads.runtime import mindspore as runtime
+run = cell_run("gru")
+runtime.select_device(run)
+TINY = np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0], np.float32)
+weights = [ms.Parameter(ms.Tensor(np.full(6, 0.5, np.float32)), name=f"w{i}") for i in range(2)]
+adam = runtime.Adam(weights, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+
+@ms.jit
+def step(g0, g1):
+    adam((g0, g1))
+    return g0
+
+for sign in (1.0, -0.5, 2.0, 1.0):
+    step(ms.Tensor(TINY * sign), ms.Tensor(TINY * sign * 2)).asnumpy()
+tracked = runtime.track(ms.Tensor(np.ones(3, np.float32)))
+array = runtime.to_host(tracked)
+say({"weights": [w.asnumpy().tolist() for w in weights],
+     "kernel": runtime.describe_gru_kernel(ms.nn.GRU(4, 3)), "optimizer": runtime.describe_optimizer(adam),
+     "host": type(array).__name__, "tracked after": runtime._last_output[0] is None})
+""")
+    lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
+    for scale, weights in zip((1.0, 2.0), found["weights"]):
+        w, m, v = np.full(6, 0.5), np.zeros(6), np.zeros(6)
+        for step, sign in enumerate((1.0, -0.5, 2.0, 1.0), start=1):
+            g = np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0]) * sign * scale
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            w = w - lr / (1 - b1 ** step) * m / (np.sqrt(v) / math.sqrt(1 - b2 ** step) + eps)
+        np.testing.assert_allclose(weights, w, rtol=0, atol=1e-7)
+    assert found["kernel"].startswith("python-loop: ") and "ApplyAdam" in found["optimizer"]
+    assert found["host"] == "ndarray" and found["tracked after"]

@@ -2,9 +2,12 @@
 and (marked e2e) the real thing: PyTorch's environment exports the model, ONNX Runtime's runs it.
 
 ONNX Runtime is not installed on the host, so the unit tests exercise the host side with a fake
-backend standing in for PyTorch's environment; the e2e test runs both real environments.
+backend standing in for PyTorch's environment; the e2e test runs both real environments. The start
+(--init) and the TF32 record are checked in the cached ONNX Runtime environment the local backend
+built (skipped where there is none).
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -267,3 +270,62 @@ def test_the_export_folder_is_never_world_writable(tmp_path):
     assert backend.modes == [0o700]
     assert backend.handed == [backend.jobs[0].export_dir]
     assert sources.folder(Cell("onnxruntime", "resnet50")) is not None
+
+
+# --- the start and the records, in the cached ONNX Runtime environment (the local backend's; never built here)
+
+def framework_python(framework: str) -> str:
+    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
+    from orchestrator.backends.local import READY_MARKER, LocalBackend
+
+    venv = LocalBackend(REGISTRY).environment_dir(REGISTRY[framework].variant("cpu"), framework)
+    if not (venv / READY_MARKER).is_file():
+        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
+    return str(venv / "bin" / "python")
+
+
+def test_init_canonical_is_what_the_exported_graph_holds_and_init_framework_is_refused(tmp_path):
+    """ONNX Runtime has no initialisers: --init canonical is recorded (the weights are in the graph, exported
+    from the canonical arrays) before anything else; --init framework is unsupported, not run as canonical.
+    The TF32 record reads the CUDA provider's own options back ("n/a (CPU)" without it)."""
+    script = """
+import json
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import Cell
+from workloads.resnet50 import onnxruntime as workload
+from workloads.runtime import onnxruntime as runtime
+found = {}
+for init in ("canonical", "framework"):
+    run = Run(Cell("onnxruntime", "resnet50", profile="smoke", data="synthetic", init=init), device="cpu")
+    try:
+        workload.run(run)
+        found[init] = ["ran"]
+    except Unsupported as error:
+        found[init] = ["unsupported", str(error)]
+    except RuntimeError as error:  # no exported model named: it gets that far only with the canonical start
+        found[init] = ["no model", str(error)]
+    found[init].append(run.result.provenance.extras.get("init"))
+
+class Session:
+    def __init__(self, options):
+        self.options = options
+    def get_provider_options(self):
+        return self.options
+
+found["tf32"] = [runtime.tf32_report(Session({runtime.CPU: {}})),
+                 runtime.tf32_report(Session({runtime.CUDA: {"use_tf32": "0"}, runtime.CPU: {}}))]
+print("RESULT " + json.dumps(found))
+"""
+    environment = {key: value for key, value in os.environ.items() if key != "ROSETTA_ONNX_MODEL"}
+    completed = subprocess.run([framework_python("onnxruntime"), "-c", script], cwd=ROOT, capture_output=True,
+                               text=True, timeout=600,
+                               env={**environment, "PYTHONPATH": str(ROOT), "NVIDIA_TF32_OVERRIDE": "0"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    found = json.loads(line[len("RESULT "):])
+    assert found["canonical"][0] == "no model" and "--onnx-model" in found["canonical"][1]
+    assert found["canonical"][2] == "canonical"
+    assert found["framework"][0] == "unsupported" and "no initialisers" in found["framework"][1]
+    assert found["framework"][2] is None
+    assert found["tf32"][0] == "n/a (CPU)"
+    assert found["tf32"][1].startswith("use_tf32=0 ") and "NVIDIA_TF32_OVERRIDE=0" in found["tf32"][1]

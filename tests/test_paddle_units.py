@@ -5,8 +5,15 @@ writes it, or as measured where its C++ kernel and its docstring disagree) is re
 compared with the canonical (PyTorch) computation, so these tests run in the host environment.
 The last part runs the same facts on the real operators, where Paddle is importable (its own
 environment: `<paddle venv>/bin/python -m pytest tests/test_paddle_units.py`); elsewhere it skips.
+The fairness rules (the same start, channels_last, the fused optimizers, the records) are checked in
+the cached Paddle environment the local backend built (skipped where there is none).
 The parity check runs the whole models.
 """
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -200,3 +207,189 @@ def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(paddle):
                 for name, parameter in inspect.signature(paddle.amp.GradScaler.__init__).parameters.items()}
     assert defaults["init_loss_scaling"] == 2.0**16 and defaults["incr_every_n_steps"] == 2000
     assert defaults["decr_every_n_nan_or_inf"] == 1 and defaults["decr_ratio"] == 0.5 and defaults["incr_ratio"] == 2.0
+
+
+# --- fairness rules, run in the cached Paddle environment (the local backend's; never built here) -----
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def framework_python(framework: str) -> str:
+    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
+    from orchestrator.backends.local import READY_MARKER, LocalBackend
+    from orchestrator.frameworks import discover
+
+    registry = discover()
+    venv = LocalBackend(registry).environment_dir(registry[framework].variant("cpu"), framework)
+    if not (venv / READY_MARKER).is_file():
+        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
+    return str(venv / "bin" / "python")
+
+
+PRELUDE = """
+import dataclasses, importlib, json
+import numpy as np
+from workloads.common import canonical
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import Cell
+
+def cell_run(workload, init="canonical", options=None, **settings):
+    run = Run(Cell("paddle", workload, profile="smoke", data="synthetic", init=init, options=options or {}),
+              device="cpu")
+    run.settings = dataclasses.replace(run.settings, **settings)
+    return run
+
+def say(value):
+    print("RESULT " + json.dumps(value))
+"""
+
+
+def in_paddle(script: str) -> dict:
+    completed = subprocess.run([framework_python("paddle"), "-c", PRELUDE + script], cwd=ROOT, capture_output=True,
+                               text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_channels_last_computes_what_nchw_computes_and_says_so():
+    """--option channels_last=on: NHWC convolutions, pools and batch norms, the input transposed once per
+    batch, dense1's rows permuted for the (H, W, C) flatten. The CNN's logits before and after the parity
+    steps and ResNet-50's features agree with NCHW's; dropping the row permutation would not."""
+    found = in_paddle("""
+out = {}
+for workload in ("cnn", "resnet50"):
+    module = importlib.import_module(f"workloads.{workload}.paddle")
+    params, batch = canonical.parameters(workload), canonical.parity_batch(workload)
+    runs = {value: cell_run(workload, options={"channels_last": value}) for value in ("off", "on")}
+    outputs = {value: module.parity(run, params, batch) for value, run in runs.items()}
+    out[workload] = {name: [float(np.abs(outputs["on"][name] - outputs["off"][name]).max()),
+                            float(np.abs(outputs["off"][name]).max())] for name in outputs["off"]}
+    out[workload + " layout"] = [runs[v].result.provenance.extras["layout"] for v in ("off", "on")]
+# the flatten order matters: NHWC with dense1's rows left in canonical (C, H, W) order differs
+module = importlib.import_module("workloads.cnn.paddle")
+run = cell_run("cnn", options={"channels_last": "on"})
+policy = module.runtime.select_device(run)
+model = module.VGGStyleCNN(run.settings, policy.data_format)
+params, batch = canonical.parameters("cnn"), canonical.parity_batch("cnn")
+module.load_canonical(model, params)
+dense1 = [layer for layer in model.layers if type(layer).__name__ == "Linear"][0]
+dense1.weight.set_value(params["dense1.kernel"])  # its rows left in the canonical (C, H, W) order
+model.eval()
+wrong = model(module.runtime.to_device(batch["x"])).numpy()
+reference = module.parity(cell_run("cnn"), params, batch)["logits"]
+out["unpermuted"] = float(np.abs(wrong - reference).max())
+say(out)
+""")
+    for workload in ("cnn", "resnet50"):
+        assert found[workload + " layout"] == ["NCHW / TNC", "NHWC (channels_last)"]
+        for name, (difference, scale) in found[workload].items():
+            assert difference <= 1e-5 * max(scale, 1.0), (workload, name, difference)
+    assert set(found["cnn"]) == {"logits", "logits_after_training"}
+    assert found["unpermuted"] > 1e-3
+
+
+def test_multi_tensor_optimizers_compute_the_per_parameter_update():
+    """Momentum and Adam with use_multi_tensor=True (one merged op for every parameter, what the CNN and
+    GRU use) give the per-parameter ops' weights bit for bit, on gradients from 1e-9 to 1."""
+    found = in_paddle("""
+import paddle
+paddle.set_device("cpu")
+TINY = np.array([1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 1.0], np.float32)
+def weights(kind, multi):
+    ws = [paddle.create_parameter([6], "float32", default_initializer=paddle.nn.initializer.Constant(0.5))
+          for _ in range(3)]
+    if kind == "Adam":
+        opt = paddle.optimizer.Adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=ws,
+                                    lazy_mode=False, use_multi_tensor=multi)
+    else:
+        opt = paddle.optimizer.Momentum(learning_rate=0.01, momentum=0.9, parameters=ws, use_multi_tensor=multi)
+    for sign in (1.0, -0.5, 2.0, 1.0):
+        sum((w * paddle.to_tensor(TINY * sign * (i + 1))).sum() for i, w in enumerate(ws)).backward()
+        opt.step()
+        opt.clear_grad(set_to_zero=False)
+    return np.stack([w.numpy() for w in ws])
+say({kind: [weights(kind, True).tolist(), weights(kind, False).tolist()] for kind in ("Adam", "Momentum")})
+""")
+    for kind, (merged, per_parameter) in found.items():
+        assert merged == per_parameter, kind
+        assert not np.allclose(merged, 0.5), kind  # the steps moved the weights
+
+
+def test_cells_start_from_the_canonical_weights_and_record_what_ran():
+    """--init canonical (the default) loads the canonical weights in run(), as parity() does; --init
+    framework keeps Paddle's initialisers. The result records init, the optimizer, the GRU kernel that
+    ran, the eager graph and TF32; channels_last on the GRU (no convolution) is refused."""
+    found = in_paddle("""
+out = {}
+for workload in ("cnn", "gru"):
+    module = importlib.import_module(f"workloads.{workload}.paddle")
+    for init in ("canonical", "framework"):
+        loaded = []
+        original = module.load_canonical
+        def spy(model, params, original=original, loaded=loaded):
+            loaded.append(float(np.abs(params["dense1.kernel" if workload == "cnn" else "dense.kernel"]).sum()))
+            return original(model, params)
+        module.load_canonical = spy
+        run = cell_run(workload, init=init, max_train_batches=2, max_eval_batches=1)
+        module.run(run)
+        module.load_canonical = original
+        result = run.finish()
+        out[f"{workload} {init}"] = {"loaded": loaded, "status": result.status, "extras": result.provenance.extras,
+                                     "first_loss": result.samples.first_loss}
+out["canonical sums"] = {w: float(np.abs(canonical.parameters(w)[k]).sum())
+                         for w, k in (("cnn", "dense1.kernel"), ("gru", "dense.kernel"))}
+try:
+    importlib.import_module("workloads.runtime.paddle").select_device(cell_run("gru", options={"channels_last": "on"}))
+    out["gru channels_last"] = "ran"
+except Unsupported as error:
+    out["gru channels_last"] = str(error)
+say(out)
+""")
+    for workload in ("cnn", "gru"):
+        canonical_run, framework_run = found[f"{workload} canonical"], found[f"{workload} framework"]
+        assert canonical_run["loaded"] == [found["canonical sums"][workload]] and framework_run["loaded"] == []
+        assert canonical_run["extras"]["init"] == "canonical" and framework_run["extras"]["init"] == "framework"
+        assert canonical_run["first_loss"] != framework_run["first_loss"]
+        for run in (canonical_run, framework_run):
+            assert run["status"] == "ok"
+            extras = run["extras"]
+            assert extras["tf32"] == "n/a (CPU)" and extras["graph"].startswith("dynamic (eager)")
+            assert "use_multi_tensor=True" in extras["optimizer"]
+    assert "merged_momentum_" in found["cnn canonical"]["extras"]["optimizer"]
+    assert "merged_adam_" in found["gru canonical"]["extras"]["optimizer"]
+    assert found["gru canonical"]["extras"]["gru_kernel"].startswith("fused-cpu: ")
+    assert "gru_kernel" not in found["cnn canonical"]["extras"]
+    assert "no" in found["gru channels_last"] and "channels_last" in found["gru channels_last"]
+
+
+def test_gru_kernel_names_the_per_step_fallback_and_features_reach_the_host_as_numpy():
+    """describe_gru_kernel reads nn.GRU's own dispatch (could_use_cudnn: its rnn operator, else a GRUCell
+    looped in Python). to_host hands numpy float32 over,
+    bfloat16 included (whose .numpy() is raw uint16), and the inference loop times the host copy."""
+    found = in_paddle("""
+import paddle
+from workloads.runtime import paddle as runtime
+run = cell_run("resnet50")
+policy = runtime.select_device(run)
+looping = paddle.nn.GRU(4, 3, time_major=True)
+looping.could_use_cudnn = False  # what nn.GRU sets for layers it cannot hand its rnn operator
+kernels = [runtime.describe_gru_kernel(policy, paddle.nn.GRU(4, 3, time_major=True)),
+           runtime.describe_gru_kernel(policy, looping)]
+half = runtime.to_host(paddle.to_tensor(np.array([[1.5, -2.0]], np.float32)).astype("bfloat16"))
+
+class Tiny(paddle.nn.Layer):  # (N, 3, H, W) -> (N, 2048) in no time
+    def __init__(self):
+        super().__init__()
+        self.dense = paddle.nn.Linear(3, 2048)
+    def forward(self, images):
+        return self.dense(images.mean(axis=[2, 3]))
+
+runtime.extract_features(run, policy, Tiny(), run.random_images())
+result = run.finish()
+say({"kernels": kernels, "half": [type(half).__name__, str(half.dtype), half.tolist()],
+     "batches": len(result.samples.batch_times_s), "status": result.status})
+""")
+    assert found["kernels"][0].startswith("fused-cpu: ") and found["kernels"][1].startswith("python-loop: ")
+    assert found["half"] == ["ndarray", "float32", [[1.5, -2.0]]]
+    assert found["batches"] == 3 and found["status"] == "ok"

@@ -19,7 +19,8 @@ MATCHED = (
     "Conv2d pad_mode='pad', padding=1 (MindSpore's default pad_mode is 'same') and has_bias=True "
     "(its default has no bias)",
     "Glorot-uniform kernels (XavierUniform) and zero biases set explicitly",
-    "nn.Momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain), as PyTorch",
+    "nn.Momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain), as PyTorch; "
+    "its ApplyMomentum op runs per parameter inside the compiled step",
     "loss nn.CrossEntropyLoss (mean over the batch) on int32 labels",
     "nn.Dropout(p=rate): p is the drop probability (MindSpore 1.x took keep_prob)",
 )
@@ -92,6 +93,9 @@ def run(run: Run) -> None:
         data = run.load_cifar10()
     with run.phase("model_build"):
         network = VGGStyleCNN(s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(network, weights)
         optimizer = make_optimizer(network, s)
     runtime.train_and_evaluate(run, policy, network, optimizer, nn.CrossEntropyLoss(), data)
 

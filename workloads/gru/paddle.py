@@ -20,7 +20,8 @@ MATCHED = (
     "time-major (TNC) input to the GRU (time_major=True); the last time step's output feeds the dense layer",
     "Adam adds epsilon after the square root of v-hat (Paddle scales it by sqrt(1 - beta2^t) inside "
     "its bias-folded update: the same); lazy_mode=False, dense gradients: every embedding row's moments "
-    "decay each step, as PyTorch's",
+    "decay each step, as PyTorch's; use_multi_tensor=True updates every parameter in one merged_adam_ op "
+    "(the same update)",
     "token ids and labels int64",
     "parity steps in train mode (the model has no dropout): in eval mode Paddle's rnn operator keeps "
     "nothing for its backward, which then fails",
@@ -47,9 +48,10 @@ class GRUClassifier(nn.Layer):
 
 def make_optimizer(model, s):
     # Paddle folds both bias corrections into the step size and scales epsilon by sqrt(1 - beta2^t):
-    # exactly w -= lr * m_hat / (sqrt(v_hat) + eps), PyTorch's and the paper's form.
+    # exactly w -= lr * m_hat / (sqrt(v_hat) + eps), PyTorch's and the paper's form. use_multi_tensor: one
+    # merged_adam_ op updates every parameter (the same update, FAIRNESS.md: optimizers).
     return paddle.optimizer.Adam(learning_rate=s.learning_rate, beta1=s.beta1, beta2=s.beta2, epsilon=s.epsilon,
-                                 parameters=model.parameters(), lazy_mode=False)
+                                 parameters=model.parameters(), lazy_mode=False, use_multi_tensor=True)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -79,7 +81,11 @@ def run(run: Run) -> None:
         data = run.load_imdb()
     with run.phase("model_build"):
         model = GRUClassifier(s)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         optimizer = make_optimizer(model, s)
+    run.set_provenance(extras={"gru_kernel": runtime.describe_gru_kernel(policy, model.gru)})
     runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
 
 

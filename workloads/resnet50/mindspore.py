@@ -3,7 +3,8 @@
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
 MindSpore's core package has no model zoo (mindcv has one), so the model is written out here.
-Random weights and random inputs (seed 0): weights do not change the timing.
+Random inputs (seed 0) on the canonical weights (--init canonical; MindSpore's own with --init
+framework): weights do not change the timing.
 """
 from mindspore import nn
 
@@ -111,6 +112,9 @@ def run(run: Run) -> None:
         images = run.random_images()
     with run.phase("model_build"):
         model = ResNet50Features()
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         model.set_train(False)  # inference only: batch norm on moving statistics, no gradients
     runtime.extract_features(run, policy, model, images)
 

@@ -18,12 +18,14 @@ MATCHED = (
     "input NCHW float32 as every framework, with a dynamic batch axis (32 timed, 2 for parity)",
     "parameter count: the exported PyTorch model's (export.json); the ONNX graph holds the folded conv weights",
     "fp32 means true fp32: the CUDA provider runs with use_tf32=0 unless tf32 is asked for",
+    "the same start: the graph carries the canonical weights (--init framework is unsupported: no initialisers)",
 )
 
 
 # --- run ----------------------------------------------------------------------------------------
 
 def run(run: Run) -> None:
+    runtime.initial_weights(run)  # the canonical weights, in the exported graph; --init framework: unsupported
     policy = runtime.select_device(run)  # may raise Unsupported
     model = runtime.exported_model(run)
     with run.phase("data_load"):

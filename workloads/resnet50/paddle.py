@@ -2,10 +2,13 @@
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).
-Random weights and random inputs (seed 0): weights do not change the timing. What to notice:
+Random inputs (seed 0) on the canonical weights (--init canonical; Paddle's own with --init framework):
+weights do not change the timing. What to notice:
 unlike most zoos, paddle.vision.models.resnet50 IS v1.5 (its BottleneckBlock strides the 3x3), so
 the zoo model serves as is, as the original study used each framework's zoo; num_classes=0 drops
-the classifier and leaves the global pool's (N, 2048, 1, 1) output.
+the classifier and leaves the global pool's (N, 2048, 1, 1) output. The zoo takes no data_format:
+with the channels_last option runtime.to_channels_last switches its convolutions, batch norms and
+pools to NHWC after it is built (the weights keep their OIHW shape), and the batch is transposed once.
 """
 import paddle
 from paddle import nn
@@ -18,8 +21,8 @@ from workloads.runtime import paddle as runtime
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (Paddle's zoo model is v1.5)",
     "batch-norm epsilon 1e-5 (Paddle's default); eval mode uses the moving statistics",
-    "convolution kernels OIHW and NCHW input: canonical as is; batch norm gamma/beta -> weight/bias, "
-    "moving mean/variance -> _mean/_variance",
+    "convolution kernels OIHW and NCHW input: canonical as is (channels_last: NHWC layers, the kernels "
+    "still OIHW); batch norm gamma/beta -> weight/bias, moving mean/variance -> _mean/_variance",
     "parameter count: trainable parameters only (Paddle's moving statistics are parameters with trainable=False)",
 )
 
@@ -29,13 +32,18 @@ MATCHED = (
 class ResNet50Features(nn.Layer):
     """The zoo's ResNet-50 without its classifier, flattened to (N, 2048)."""
 
-    def __init__(self):
+    def __init__(self, data_format: str = "NCHW"):
         super().__init__()
         # pretrained=False: random weights, nothing downloaded; num_classes=0: no fc, ends at the global pool
         self.backbone = resnet50(pretrained=False, num_classes=0)
+        self.data_format = data_format
+        if data_format == "NHWC":  # the channels_last option
+            runtime.to_channels_last(self.backbone)
 
-    def forward(self, images):
-        return paddle.flatten(self.backbone(images), start_axis=1)  # (N, 2048, 1, 1) -> (N, 2048)
+    def forward(self, images):  # images: (N, C, H, W)
+        if self.data_format == "NHWC":
+            images = images.transpose([0, 2, 3, 1])  # once per batch, on the device
+        return paddle.flatten(self.backbone(images), start_axis=1)  # (N, 2048, 1, 1) or (N, 1, 1, 2048) -> (N, 2048)
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -79,7 +87,10 @@ def run(run: Run) -> None:
     with run.phase("data_load"):
         images = run.random_images()
     with run.phase("model_build"):
-        model = ResNet50Features()
+        model = ResNet50Features(policy.data_format)
+        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
+        if weights is not None:
+            load_canonical(model, weights)
         model.eval()  # eval: batch-norm uses the moving statistics
     runtime.extract_features(run, policy, model, images)
 
@@ -88,6 +99,6 @@ def run(run: Run) -> None:
 
 def parity(run: Run, params: dict, batch: dict) -> dict:
     policy = runtime.select_device(run)
-    model = ResNet50Features()
+    model = ResNet50Features(policy.data_format)
     load_canonical(model, params)
     return runtime.parity_features(run, policy, model, batch)

@@ -7,13 +7,19 @@ and the training step are compiled on their first call, which lands in the harne
 `mindspore.runtime.synchronize` on a GPU; on the CPU, where that call is not supported, it waits
 for the last output the workload handed to `track` (each step depends on the one before).
 
+Graph mode traces nothing in Python: MindSpore parses each compiled function's source once per input
+shape. So a trace is counted (`run.note_trace`) by a `constexpr` call in each compiled step's body,
+which MindSpore evaluates while it compiles the graph and never when the graph runs.
+
 On the CPU, MindSpore 2.10 hands oneDNN its convolution weights in the plain OIHW layout. On a
 CPU with AVX-512, oneDNN 3.10 then picks a wrapper whose inner kernel is its reference (scalar)
 convolution: 3x3 and 7x7 convolutions run at about 0.3 GMAC/s, 50-100 times slower than the
 im2col + GEMM kernel it picks when its instruction set is capped at AVX2 (about 20 GMAC/s on 2
-cores; 1x1 convolutions and matmuls run as fast either way). So `select_device` caps it
-(ONEDNN_MAX_CPU_ISA=AVX2, oneDNN's own switch, read when its first primitive is made), unless the
-variable is already set: set ONEDNN_MAX_CPU_ISA=ALL to measure the default.
+cores; 1x1 convolutions and matmuls run as fast either way). So the framework option
+`onednn_max_cpu_isa` (workloads/common/options.py: avx2, the default, or all) sets oneDNN's own
+switch ONEDNN_MAX_CPU_ISA in `select_device`, overriding any inherited value, before the first
+oneDNN primitive exists; oneDNN's effective instruction set is then read back from its library
+and recorded (a cap that did not take effect fails the cell).
 
 Only fp32 is wired up: MindSpore's mixed precision (`mindspore.amp`) is not set up here, so other
 precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned off; MindSpore
@@ -26,11 +32,14 @@ shared loops of workloads/common/loop.py.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+from pathlib import Path
 
 import numpy as np
 
 import mindspore as ms
+from mindspore import ops
 
 from workloads.common import loop
 from workloads.common.harness import Policy, Run, Unsupported
@@ -38,7 +47,12 @@ from workloads.common.hyperparams import SEED
 
 _device: list = ["cpu"]
 _last_output: list = [None]  # what the last dispatched call returned, for run.sync on the CPU
-ONEDNN_ISA_CAP = "AVX2"  # see the module docstring: oneDNN's GEMM convolution instead of its reference one
+# The onednn_max_cpu_isa option's values as oneDNN's ONEDNN_MAX_CPU_ISA spells them (module docstring).
+ONEDNN_ISA = {"avx2": "AVX2", "all": "ALL"}
+# dnnl_cpu_isa_t: each instruction set's bits include every older one's (checked: AVX2 0x7, AVX-512 0x27).
+_ONEDNN_ISA_BITS = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xF: "AVX2_VNNI", 0x1F: "AVX2_VNNI_2",
+                    0x27: "AVX512_CORE", 0x67: "AVX512_CORE_VNNI", 0xE7: "AVX512_CORE_BF16"}
+_AVX2_BITS = 0x7
 
 
 # --- device and precision -------------------------------------------------------------------------
@@ -74,6 +88,49 @@ class MindSporePolicy(Policy):
     """The device ("cuda" or "cpu", made current by mindspore.set_device) and the precision (fp32 only)."""
 
 
+def onednn_effective_isa() -> int | None:
+    """oneDNN's instruction set for this process (dnnl_get_effective_cpu_isa, from the libdnnl MindSpore
+    loads), or None where that library is not found. The first read fixes it: call it only once
+    ONEDNN_MAX_CPU_ISA is set."""
+    library = Path(ms.__file__).parent / "lib" / "libdnnl.so.3"
+    if not library.is_file():
+        return None
+    function = ctypes.CDLL(str(library)).dnnl_get_effective_cpu_isa
+    function.restype = ctypes.c_int
+    return int(function())
+
+
+def set_onednn_isa(run: Run) -> dict:
+    """Set ONEDNN_MAX_CPU_ISA from the onednn_max_cpu_isa option (an inherited value does not win), read
+    oneDNN's effective instruction set back, and return what to record. Before the first oneDNN primitive."""
+    chosen = run.option("onednn_max_cpu_isa")
+    inherited = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    os.environ["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[chosen]
+    effective = onednn_effective_isa()
+    named = "unknown (libdnnl not found)" if effective is None else \
+        f"{_ONEDNN_ISA_BITS.get(effective, 'unnamed')} ({effective:#x})"
+    if chosen == "avx2" and effective is not None and effective & ~_AVX2_BITS:
+        raise RuntimeError(f"oneDNN runs {named} although ONEDNN_MAX_CPU_ISA=AVX2 was set: a oneDNN primitive "
+                           f"was made before select_device, so the onednn_max_cpu_isa option came too late")
+    extras = {"onednn_max_cpu_isa": f"{ONEDNN_ISA[chosen]} (option onednn_max_cpu_isa={chosen})",
+              "onednn_effective_isa": named}
+    if inherited is not None and inherited != ONEDNN_ISA[chosen]:
+        extras["onednn_max_cpu_isa_inherited"] = f"{inherited} (overridden by the option)"
+    return extras
+
+
+def gpu_name(run: Run) -> str | None:
+    """The GPU's name: nvidia-smi's (workloads/common/provenance.py, the first visible GPU, which is
+    MindSpore's device 0), else MindSpore's own hal.get_device_name."""
+    name = (run.result.provenance.gpu or {}).get("name")
+    if name:
+        return name
+    try:
+        return ms.hal.get_device_name(0, "GPU")
+    except Exception:  # noqa: BLE001 - an API MindSpore is retiring: no name rather than no result
+        return None
+
+
 def select_device(run: Run) -> MindSporePolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     gpu = _gpu_available()
@@ -82,8 +139,7 @@ def select_device(run: Run) -> MindSporePolicy:
     device_type = "cuda" if gpu and run.requested_device != "cpu" else "cpu"
     if run.precision != "fp32":
         raise Unsupported(f"{run.precision} is not implemented for MindSpore (fp32 only)")
-    if device_type == "cpu":
-        os.environ.setdefault("ONEDNN_MAX_CPU_ISA", ONEDNN_ISA_CAP)  # before the first oneDNN primitive
+    onednn = set_onednn_isa(run)  # before the first oneDNN primitive (the CPU kernels; a GPU run's host ops too)
     ms.set_device("GPU" if device_type == "cuda" else "CPU")
     # graph mode: each Cell call and the jitted step are compiled to one static graph on first call
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -99,18 +155,29 @@ def select_device(run: Run) -> MindSporePolicy:
     np.random.seed(SEED)  # nn.GRU draws its initial weights from numpy's global generator
     _device[0] = device_type
     run.sync = sync
+    tf32 = "n/a (CPU)"
+    if device_type == "cuda":  # MindSpore has no getter for its TF32 switches: what was set, and the override
+        tf32 = (f"off: op_precision.conv_allow_tf32(False), matmul_allow_tf32(False) set (MindSpore reads them "
+                f"back nowhere); NVIDIA_TF32_OVERRIDE={os.environ.get('NVIDIA_TF32_OVERRIDE', 'unset')}")
     run.set_provenance(
         framework_version=ms.__version__,
         device=device_type,
         cuda_version=None,  # MindSpore does not report its CUDA version at run time; the variant names it
         cudnn_version=None,
-        gpu_name=None,
+        gpu_name=gpu_name(run) if device_type == "cuda" else None,
         extras={"layout": "NCHW / TNC", "mode": "GRAPH_MODE (mindspore.jit): compiled on the first call",
                 "cudnn_conv_algo": "performance" if device_type == "cuda" else "none (CPU)",
-                "allow_tf32": "false",
-                "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "") if device_type == "cpu" else "n/a"},
+                "allow_tf32": "false", "tf32": tf32, **onednn},
     )
     return MindSporePolicy(device_type, run.precision)
+
+
+def to_host(features: ms.Tensor) -> np.ndarray:
+    """Features into a numpy array, inside each timed batch (FAIRNESS.md: host-copy); the copy waits for
+    them, so run.sync has nothing left to wait for."""
+    array = features.asnumpy()
+    _last_output[0] = None
+    return array
 
 
 def to_device(array: np.ndarray) -> ms.Tensor:
@@ -138,9 +205,90 @@ def set_parameter(parameter: ms.Parameter, value: np.ndarray) -> None:
     parameter.set_data(ms.Tensor(np.ascontiguousarray(value, dtype=np.float32)))
 
 
-# --- the training step ----------------------------------------------------------------------------
+# --- optimizers -----------------------------------------------------------------------------------
 
-def _train_step(network: ms.nn.Cell, optimizer, loss_function):
+_apply_adam = ops.MultitypeFuncGraph("apply_adam")
+
+
+@_apply_adam.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor",
+                      "Tensor", "Tensor")
+def _apply_adam_to(adam, beta1_power, beta2_power, lr, beta1, beta2, epsilon, parameter, m, v, gradient):
+    return adam(parameter, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, gradient)
+
+
+class Adam(ms.nn.Cell):
+    """PyTorch's Adam on MindSpore's built-in ApplyAdam kernel (ops.Adam), one per parameter in the step's graph.
+
+    ops.Adam computes w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + e) (TensorFlow's form); handed
+    e = eps * sqrt(1 - b2^t), that is exactly PyTorch's w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+    as Paddle's adam kernel does it. mint.optim.Adam computes the same written out in about ten ops per parameter.
+    """
+
+    def __init__(self, parameters, lr: float, betas: tuple, eps: float):
+        super().__init__()
+        self.parameters = ms.ParameterTuple(parameters)
+        self.moments1 = self.parameters.clone(prefix="adam_m", init="zeros")
+        self.moments2 = self.parameters.clone(prefix="adam_v", init="zeros")
+        self.beta1_power = ms.Parameter(ms.Tensor(1.0, ms.float32), name="adam_beta1_power")  # b1^t
+        self.beta2_power = ms.Parameter(ms.Tensor(1.0, ms.float32), name="adam_beta2_power")  # b2^t
+        self.lr, self.eps = ms.Tensor(lr, ms.float32), ms.Tensor(eps, ms.float32)
+        self.beta1, self.beta2 = ms.Tensor(betas[0], ms.float32), ms.Tensor(betas[1], ms.float32)
+        self.adam = ops.Adam()
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, gradients):
+        beta1_power = self.beta1_power * self.beta1
+        beta2_power = self.beta2_power * self.beta2
+        ops.assign(self.beta1_power, beta1_power)
+        ops.assign(self.beta2_power, beta2_power)
+        epsilon = self.eps * ops.sqrt(1.0 - beta2_power)  # PyTorch's epsilon, in ops.Adam's form
+        apply = ops.partial(_apply_adam_to, self.adam, beta1_power, beta2_power, self.lr, self.beta1, self.beta2,
+                            epsilon)
+        return self.hyper_map(apply, self.parameters, self.moments1, self.moments2, gradients)
+
+
+def describe_optimizer(optimizer) -> str:
+    """What update ran (the "optimizer" record)."""
+    if isinstance(optimizer, Adam):
+        return ("ops.Adam (ApplyAdam kernel): built-in op, one per parameter inside the compiled step; epsilon "
+                "handed over as eps*sqrt(1 - beta2^t), PyTorch's form")
+    if isinstance(optimizer, ms.nn.Momentum):
+        return ("nn.Momentum: built-in op ApplyMomentum, one per parameter inside the compiled step (MindSpore has "
+                "no multi-parameter momentum op)")
+    return f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+
+
+def describe_gru_kernel(gru: ms.nn.GRU) -> str:
+    """Which GRU kernel runs (the "gru_kernel" record), read from the layer as its construct decides:
+    nn.GRU on a GPU calls the CudnnGRU operator; on the CPU it steps its GRU cell function in a loop
+    over the time steps, which graph mode unrolls into the compiled step."""
+    from mindspore.nn.layer.rnns import _DynamicGRUCPUGPU
+
+    rnn = gru.rnn
+    if isinstance(rnn, _DynamicGRUCPUGPU) and rnn.is_gpu:
+        return "cudnn: nn.GRU's CudnnGRU operator (cuDNN's GRU)"
+    if isinstance(rnn, _DynamicGRUCPUGPU):
+        return ("python-loop: nn.GRU's per-step GRU cell loop (_DynamicRNNBase), unrolled by graph mode into the "
+                "compiled step; MindSpore has no fused CPU GRU kernel")
+    return f"other: nn.GRU runs {type(rnn).__name__}"
+
+
+# --- the compiled steps ---------------------------------------------------------------------------
+
+def trace_counter(run: Run):
+    """`note_trace(name)` for the body of a mindspore.jit function: a constexpr, which MindSpore evaluates
+    in Python while it compiles the graph (once per input shape) and never when the graph runs, so
+    `run.note_trace` counts compilations (`samples.traces`). reuse_result=False: every compilation
+    evaluates it afresh, a recompilation included."""
+    @ms.constexpr(reuse_result=False)
+    def note_trace(function):
+        run.note_trace(function)
+        return 0
+
+    return note_trace
+
+
+def _train_step(run: Run, network: ms.nn.Cell, optimizer, loss_function):
     """One compiled step: `step(x, y) -> loss` on a numpy batch, the loss left on the device.
 
     `mindspore.value_and_grad` differentiates the mean loss with respect to the optimizer's
@@ -148,6 +296,8 @@ def _train_step(network: ms.nn.Cell, optimizer, loss_function):
     and update into one graph on the first call (it lands in the harness's first_step_s). Dropout
     follows the network's mode: `network.set_train(True)` for training, False for the parity steps.
     """
+    note_trace = trace_counter(run)
+
     def loss_of(x, y):
         return loss_function(network(x), y)
 
@@ -155,6 +305,7 @@ def _train_step(network: ms.nn.Cell, optimizer, loss_function):
 
     @ms.jit
     def step(x, y):
+        note_trace("train_step")  # while compiling only: a second count for one shape is a recompilation
         loss, gradients = gradient_of(x, y)
         optimizer(gradients)
         return loss
@@ -169,15 +320,21 @@ def train_and_evaluate(run: Run, policy: MindSporePolicy, network, optimizer, lo
     """Train `network` on `data` with `optimizer` and `loss_function`, then measure its test accuracy."""
     with run.phase("model_build"):  # added to the workload's model_build; compiled on the first step
         network.set_train(True)  # dropout on
-        step = _train_step(network, optimizer, loss_function)
+        step = _train_step(run, network, optimizer, loss_function)
     run.set_parameter_count(parameter_count(network))
+    run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     loop.train(run, data, step)  # the loss stays on the device; read (float) once per epoch
     network.set_train(False)  # dropout off (FAIRNESS.md: eval-mode); graph mode compiles the inference graph once
+    note_trace = trace_counter(run)
+
+    @ms.jit
+    def correct_in(x, y):
+        note_trace("eval_step")  # while compiling only: once per batch shape (a last partial batch is another)
+        return (network(x).argmax(axis=1) == y).astype(ms.int32).sum()
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> ms.Tensor:
-        predictions = network(to_device(x)).argmax(axis=1)
         # summed on the device; tracked so that run.sync waits for it
-        return track((predictions == to_device(y)).astype(ms.int32).sum())
+        return track(correct_in(to_device(x), to_device(y)))
 
     loop.evaluate(run, data, count_correct)
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
@@ -187,18 +344,25 @@ def parity_steps(run: Run, policy: MindSporePolicy, network, optimizer, loss_fun
     """The logits on the canonical weights, and after the parity steps (FAIRNESS.md: parity)."""
     run.set_parameter_count(parameter_count(network))
     network.set_train(False)  # dropout off, in the forward pass and inside the parity steps
-    return loop.parity_outputs(lambda x: network(to_device(x)), _train_step(network, optimizer, loss_function),
+    return loop.parity_outputs(lambda x: network(to_device(x)), _train_step(run, network, optimizer, loss_function),
                                batch, to_numpy=lambda logits: logits.asnumpy())
 
 
 # --- inference ------------------------------------------------------------------------------------
 
 def extract_features(run: Run, policy: MindSporePolicy, network, images: np.ndarray) -> None:
-    """The warm pass (graph compilation lands there), then the timed forward-only pass; run.sync
-    waits for each batch's features."""
+    """The warm pass (graph compilation lands there), then the timed forward-only pass; each batch's
+    features are copied to the host (to_host), which waits for them."""
     run.set_parameter_count(parameter_count(network))
     network.set_train(False)  # inference only: batch norm on moving statistics, no gradients (FAIRNESS.md: eval-mode)
-    loop.infer(run, images, lambda batch: track(network(to_device(batch))))
+    note_trace = trace_counter(run)
+
+    @ms.jit
+    def forward(images):
+        note_trace("forward")  # while compiling only: once for the one batch shape
+        return network(images)
+
+    loop.infer(run, images, lambda batch: track(forward(to_device(batch))), to_host=to_host)
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
 
 

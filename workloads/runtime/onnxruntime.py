@@ -6,6 +6,7 @@ OUT` once), passed here as `--onnx-model DIR` (or $ROSETTA_ONNX_MODEL): model.on
 model.onnx.data beside it, and export.json saying how it was made. `InferenceSession.run` returns
 host arrays only after the device has finished, so the harness needs no `run.sync`.
 
+The model's weights are the canonical ones, always (`initial_weights`: --init framework is refused).
 `select_device(run)` returns an `OrtPolicy` (device, precision, the execution providers);
 `session(...)` loads the graph as a `Session`, and `extract_features` / `parity_features` run it
 through the shared loop of workloads/common/loop.py.
@@ -24,6 +25,7 @@ import onnxruntime as ort
 from workloads.common import loop
 from workloads.common.data.checksum import file_digest
 from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.result import CANONICAL_INIT
 
 MODEL_VARIABLE = "ROSETTA_ONNX_MODEL"  # set from --onnx-model by workloads/__main__.py
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -75,6 +77,18 @@ def exported_model(run: Run, *, check_files: bool = True) -> ExportedModel:
     })
     return ExportedModel(path=folder / "model.onnx", record=record)
 
+
+
+def initial_weights(run: Run) -> None:
+    """The start (--init): ONNX Runtime defines no model and has no initialisers of its own. The graph
+    it runs is PyTorch's ResNet-50 exported on the canonical weights (the orchestrator exports from them
+    only; export.json records their sha256, copied into the result as onnx_canonical_weights_sha256),
+    so --init canonical is what runs, and --init framework is refused rather than run as canonical."""
+    if run.init != CANONICAL_INIT:
+        raise Unsupported(f"--init {run.init}: ONNX Runtime has no initialisers of its own; it runs PyTorch's "
+                          f"ResNet-50 exported on the canonical weights only")
+    run.set_provenance(extras={"init": CANONICAL_INIT,
+                               "init_source": "in the exported graph: PyTorch's model on the canonical weights"})
 
 
 # --- execution providers and precision -------------------------------------------------------------
@@ -170,8 +184,19 @@ def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:
                           f"log above names the CUDA or cuDNN library it could not load")
     run.set_provenance(extras={"providers": ", ".join(used),
                                "graph_optimization_level": "ORT_ENABLE_ALL",
-                               "intra_op_threads": "ONNX Runtime's default (one per physical core)"})
+                               "intra_op_threads": "ONNX Runtime's default (one per physical core)",
+                               "tf32": tf32_report(created)})
     return Session(inference=created, model=model)
+
+
+def tf32_report(created: ort.InferenceSession) -> str:
+    """What the session says about TF32: the CUDA provider's use_tf32 as it reads its options back
+    (InferenceSession.get_provider_options), and the NVIDIA_TF32_OVERRIDE this process was given."""
+    cuda = created.get_provider_options().get(CUDA)
+    if cuda is None:
+        return "n/a (CPU)"
+    return (f"use_tf32={cuda.get('use_tf32', '?')} (CUDAExecutionProvider options, read back); "
+            f"NVIDIA_TF32_OVERRIDE={os.environ.get('NVIDIA_TF32_OVERRIDE', 'unset')}")
 
 
 # --- inference ------------------------------------------------------------------------------------
@@ -181,7 +206,8 @@ def extract_features(run: Run, policy: OrtPolicy, session: Session, images: np.n
     engine has no gradients, and batch norm is folded into the graph: always eval mode. ONNX
     Runtime reports no peak device memory of its own, so none is recorded."""
     run.set_parameter_count(session.model.parameter_count)
-    loop.infer(run, images, session.features)
+    # InferenceSession.run returns host arrays (a CUDA provider copies them back inside it): already numpy
+    loop.infer(run, images, session.features, to_host=np.asarray)
 
 
 def parity_features(run: Run, policy: OrtPolicy, session: Session, batch: dict) -> dict:

@@ -7,7 +7,12 @@ Paddle's import pins the CPU math libraries to ONE thread (it sets OMP_NUM_THREA
 its CUDA build computes fp32 matmuls and convolutions in TF32 on Ampere and newer, and its
 dynamic-graph AMP leaves CPU kernels in float32 (so fp16 / bf16 need a GPU).
 
-`select_device(run)` returns a `PaddlePolicy` (device, precision, autocast, loss scaler);
+Nothing is traced or compiled: no paddle.jit.to_static anywhere, every step runs eagerly (so there
+is no trace to count, and the first step pays no compilation). The framework option `channels_last`
+(workloads/common/options.py) runs the convolutions, pools and batch norms NHWC (`data_format="NHWC"`;
+the input batch arrives NCHW and is transposed once per batch, inside the model's forward).
+
+`select_device(run)` returns a `PaddlePolicy` (device, precision, layout, autocast, loss scaler);
 `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a workload's
 model through the shared loops of workloads/common/loop.py.
 """
@@ -30,7 +35,16 @@ _GROWTH_INTERVAL = 2000  # fp16 loss scale: doubled after this many finite steps
 # --- device and precision -------------------------------------------------------------------------
 
 class PaddlePolicy(Policy):
-    """The device ("cuda" or "cpu", made current by paddle.set_device) and what the precision asks."""
+    """The device ("cuda" or "cpu", made current by paddle.set_device), what the precision asks, and the
+    convolutions' layout: `data_format` "NHWC" with the channels_last option, else "NCHW"."""
+
+    def __init__(self, device, precision: str, *, channels_last: bool = False):
+        super().__init__(device, precision)
+        self.channels_last = channels_last
+
+    @property
+    def data_format(self) -> str:
+        return "NHWC" if self.channels_last else "NCHW"
 
     def autocast(self):
         """Mixed precision through Paddle's own AMP (level O1: white-listed ops in half precision)."""
@@ -84,12 +98,17 @@ def select_device(run: Run) -> PaddlePolicy:
         major, minor = paddle.device.cuda.get_device_capability(0)
         if precision in ("tf32", "bf16") and major < 8:
             raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    channels_last = run.option("channels_last") == "on"
+    if channels_last and run.cell.workload == "gru":
+        raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     paddle.set_device("gpu:0" if device_type == "cuda" else "cpu")
     paddle.seed(SEED)
     threads = cpu_threads()
     core.set_num_threads(threads)
-    extras = {"layout": "NCHW / TNC", "graph": "dynamic (eager)", "threads": threads,
-              "autocast": _AUTOCAST_DTYPES.get(precision, "none"), "paddle_commit": paddle.version.commit}
+    extras = {"layout": "NHWC (channels_last)" if channels_last else "NCHW / TNC",
+              "graph": "dynamic (eager): no paddle.jit.to_static, nothing traced or compiled", "threads": threads,
+              "autocast": _AUTOCAST_DTYPES.get(precision, "none"), "paddle_commit": paddle.version.commit,
+              "tf32": "n/a (CPU)"}
     if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
         extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
     if device_type == "cuda":
@@ -99,7 +118,8 @@ def select_device(run: Run) -> PaddlePolicy:
         # cuDNN autotuning (FAIRNESS.md: autotune): try every convolution algorithm once per shape, keep the fastest
         paddle.set_flags({"FLAGS_cudnn_exhaustive_search": True})
         run.sync = paddle.device.synchronize
-        extras.update(allow_tf32=str(precision == "tf32").lower(), cudnn_exhaustive_search="true")
+        extras.update(allow_tf32=str(precision == "tf32").lower(), cudnn_exhaustive_search="true",
+                      tf32=tf32_report())
     run.set_provenance(
         framework_version=paddle.__version__,
         device=device_type,
@@ -108,7 +128,72 @@ def select_device(run: Run) -> PaddlePolicy:
         gpu_name=paddle.device.cuda.get_device_name(0) if device_type == "cuda" else None,
         extras=extras,
     )
-    return PaddlePolicy(device_type, precision)
+    return PaddlePolicy(device_type, precision, channels_last=channels_last)
+
+
+def tf32_report() -> str:
+    """What Paddle says about TF32, read back after select_device set it: its cuBLAS and cuDNN switches
+    (core.get_cublas_switch / get_cudnn_switch, the FLAGS behind them), and the NVIDIA_TF32_OVERRIDE
+    this process was given (workloads/__main__.py sets 0 for fp32 cells before the import)."""
+    override = os.environ.get("NVIDIA_TF32_OVERRIDE", "unset")
+    return (f"cublas={str(core.get_cublas_switch()).lower()}, cudnn={str(core.get_cudnn_switch()).lower()} "
+            f"(core.get_cublas_switch / get_cudnn_switch); NVIDIA_TF32_OVERRIDE={override}")
+
+
+def to_channels_last(model: paddle.nn.Layer) -> paddle.nn.Layer:
+    """Switch a built model's convolutions, batch norms and pools to NHWC in place (the channels_last
+    option), for a model whose constructor takes no data_format (Paddle's zoo ResNet-50). The kernels
+    keep their shape: Paddle's convolution weights are OIHW in either layout, so the canonical
+    weights load the same way. Refuses any other layer that holds parameters or depends on the layout."""
+    from paddle import nn
+    from paddle.nn.functional.conv import _update_padding_nd
+
+    for name, layer in model.named_sublayers(include_self=True):
+        if isinstance(layer, nn.Conv2D):
+            assert layer._padding_mode == "zeros", (name, layer._padding_mode)
+            layer._data_format, layer._channel_dim = "NHWC", 3
+            layer._updated_padding, layer._padding_algorithm = _update_padding_nd(layer._padding, True, 2)
+        elif isinstance(layer, nn.BatchNorm2D):
+            layer._data_format = "NHWC"
+        elif isinstance(layer, nn.MaxPool2D):
+            layer.data_format = "NHWC"
+        elif isinstance(layer, nn.AdaptiveAvgPool2D):
+            layer._data_format = "NHWC"
+        elif layer.parameters(include_sublayers=False) or isinstance(layer, (nn.Flatten, nn.Linear, nn.AvgPool2D)):
+            raise TypeError(f"to_channels_last: {name} ({type(layer).__name__}) is not converted")
+    return model
+
+
+def describe_optimizer(optimizer) -> str:
+    """What update ran (the "optimizer" record): Paddle's built-in optimizer op, merged over every
+    parameter (use_multi_tensor=True) or one op per parameter."""
+    kind = type(optimizer).__name__
+    if getattr(optimizer, "_use_multi_tensor", False):
+        op = {"Momentum": "merged_momentum_", "Adam": "merged_adam_"}.get(kind, "merged op")
+        return (f"paddle.optimizer.{kind}(use_multi_tensor=True): built-in op {op}, one multi-tensor op "
+                f"for every parameter")
+    op = {"Momentum": "momentum_", "Adam": "adam_"}.get(kind, "its op")
+    return f"paddle.optimizer.{kind}: built-in op {op}, one per parameter"
+
+
+def describe_gru_kernel(policy: PaddlePolicy, gru: paddle.nn.GRU) -> str:
+    """Which GRU kernel runs (the "gru_kernel" record), read from the layer as its forward decides:
+    with could_use_cudnn (one layer, the four cuDNN-form parameters) nn.GRU calls Paddle's fused rnn
+    operator, whose GPU kernel is cuDNN's and whose CPU kernel is Paddle's own C++ loop over the time
+    steps; otherwise it loops its GRUCell in Python, one step at a time."""
+    if not gru.could_use_cudnn or (paddle.device.is_compiled_with_rocm()):
+        return "python-loop: nn.GRU steps its GRUCell in Python (could_use_cudnn is False)"
+    if policy.device == "cuda":
+        return "cudnn: nn.GRU's rnn operator (cuDNN's GRU)"
+    return "fused-cpu: nn.GRU's rnn operator (Paddle's C++ CPU kernel, every time step in one operator)"
+
+
+def to_host(features: paddle.Tensor) -> np.ndarray:
+    """Features into a numpy array (inside each timed batch: FAIRNESS.md host-copy); float32 first
+    where numpy lacks the dtype (Paddle hands bfloat16 over as raw uint16)."""
+    if features.dtype != paddle.float32:
+        features = features.astype("float32")
+    return features.numpy()
 
 
 def to_device(array: np.ndarray) -> paddle.Tensor:
@@ -150,6 +235,7 @@ def train_and_evaluate(run: Run, policy: PaddlePolicy, model, optimizer, loss_fu
     with run.phase("model_build"):  # added to the workload's model_build
         step = _train_step(policy, model, optimizer, loss_function)
     run.set_parameter_count(parameter_count(model))
+    run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
     model.eval()  # dropout off (FAIRNESS.md: eval-mode)
@@ -193,7 +279,7 @@ def extract_features(run: Run, policy: PaddlePolicy, model, images: np.ndarray) 
     run.set_parameter_count(parameter_count(model))
     model.eval()  # batch norm on its moving statistics
     with paddle.no_grad(), policy.autocast():
-        loop.infer(run, images, lambda batch: model(to_device(batch)))
+        loop.infer(run, images, lambda batch: model(to_device(batch)), to_host=to_host)
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
 
 
@@ -201,4 +287,4 @@ def parity_features(run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     model.eval()
     with paddle.no_grad():
-        return {"features": model(to_device(batch["x"])).numpy()}
+        return {"features": to_host(model(to_device(batch["x"])))}
