@@ -20,7 +20,7 @@ from workloads.common import canonical, naming  # noqa: E402
 
 FRAMEWORK = sys.argv[1] if __name__ == "__main__" else ""
 
-from workloads.common.harness import Run  # noqa: E402
+from workloads.common.harness import Run, Unsupported  # noqa: E402
 from workloads.common.result import Cell  # noqa: E402
 
 TRAIN_STEPS = 20  # the trace-once rule is checked over at least 20 steps
@@ -100,9 +100,11 @@ def pytorch_facts() -> dict:
             batch["x"]).is_contiguous(memory_format=torch.channels_last)
 
     run = make_run("gru", options={"channels_last": "on"})
-    policy = runtime.select_device(run, convolutions=False)
-    facts["gru_channels_last"] = {"layout": run.result.provenance.extras["layout"],
-                                  "memory_format": str(policy.memory_format)}
+    try:
+        runtime.select_device(run, convolutions=False)
+        facts["gru_channels_last"] = {"refused": None}
+    except Unsupported as reason:
+        facts["gru_channels_last"] = {"refused": str(reason)}
 
     # the same start: run() loads the canonical weights (or keeps PyTorch's own with --init framework)
     for init in ("canonical", "framework"):

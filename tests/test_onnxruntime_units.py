@@ -194,7 +194,7 @@ def test_no_export_when_no_cell_needs_it(tmp_path):
 
 def test_the_report_shows_workloads_a_framework_does_not_implement_as_not_applicable(tmp_path):
     result = Result(cell=Cell("onnxruntime", "resnet50", profile="smoke", data="synthetic"))
-    result.metrics.seconds_per_1000_images, result.metrics.parameter_count = 150.0, 23_508_032
+    result.metrics.images_per_s, result.metrics.parameter_count = 150.0, 23_508_032
     result.write(cell_path(tmp_path, result.cell))
     parsed = matrix.parse('[frameworks.onnxruntime]\nvariants = ["cpu"]\n', REGISTRY)
     (tmp_path / "run.json").write_text(json.dumps({"invocations": [{"not_applicable": parsed.not_applicable(REGISTRY)}]}))

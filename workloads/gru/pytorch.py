@@ -62,7 +62,7 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 def run(run: Run) -> None:
     s = run.settings
-    policy = runtime.select_device(run, convolutions=False)  # channels_last: not applicable
+    policy = runtime.select_device(run, convolutions=False)  # channels_last: unsupported
     with run.phase("data_load"):
         data = run.load_imdb()
     with run.phase("model_build"):

@@ -64,8 +64,8 @@ def _fused_optimizer_devices() -> tuple:
 def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches.
 
-    ``convolutions``: whether the workload's model has any, for the channels_last option (the
-    GRU has none: the option is recorded as not applicable there)."""
+    ``convolutions``: whether the workload's model has any: the channels_last option lays out
+    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does."""
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
         if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
@@ -84,6 +84,8 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.benchmark = True  # cuDNN autotuning (FAIRNESS.md: autotune); its cost lands in the first step
     channels_last = run.option("channels_last") == "on"
+    if channels_last and not convolutions:
+        raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
     torch.manual_seed(SEED)
     if device.type == "cuda":
@@ -104,7 +106,7 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
 
 def _layout(channels_last: bool, convolutions: bool) -> str:
     if not convolutions:
-        return "TNC" + (" (channels_last=on: not applicable, this model has no convolution)" if channels_last else "")
+        return "TNC"
     return "NHWC (channels_last)" if channels_last else "NCHW"
 
 
