@@ -197,8 +197,9 @@ def test_speed_variables_and_package_list_are_recorded():
     environment = provenance.speed_environment({"OMP_NUM_THREADS": "4", "XLA_FLAGS": "--x", "HOME": "/root",
                                                 "NVIDIA_TF32_OVERRIDE": "0"})
     assert environment == {"NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "4", "XLA_FLAGS": "--x"}
-    result = smoke_run().result.provenance
-    assert result.cpu_affinity and result.cpu_affinity >= 1
+    run = smoke_run()
+    result = run.finish().provenance
+    assert result.cpu_affinity and result.cpu_affinity >= 1 and result.process_threads >= 1
     assert any(line.lower().startswith("numpy==") for line in result.packages)
     assert result.packages == sorted(result.packages, key=lambda line: line.split("==")[0].lower())
     assert result.packages_sha256 == provenance.packages_digest(result.packages)

@@ -77,6 +77,8 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
         shown["CPU affinity"] = f"{provenance.cpu_affinity} CPUs"
     if provenance.cpu_affinity is not None or provenance.cpu_quota is not None:
         shown["CPU quota"] = f"{provenance.cpu_quota:g} CPUs" if provenance.cpu_quota is not None else "no limit"
+    if provenance.process_threads is not None:
+        shown["process threads"] = str(provenance.process_threads)
     if provenance.environment:
         shown["environment"] = ", ".join(f"{name}={value}" for name, value in sorted(provenance.environment.items()))
     if provenance.gpu:

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from workloads.common import canonical, data, hyperparams, options
-from workloads.common.provenance import fill_machine_facts
+from workloads.common.provenance import fill_machine_facts, process_threads
 from workloads.common.result import CANONICAL_INIT, Cell, Result
 
 # The validity gate: a training loss that ends an epoch above this multiple of the first step's
@@ -267,6 +267,7 @@ class Run:
             metrics.seconds_per_1000_images = median / settings.batch_size * 1000.0
             metrics.images_per_s = settings.batch_size / median
         metrics.peak_host_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        self.result.provenance.process_threads = process_threads()
         problem = divergence(samples.first_loss, samples.epoch_losses)
         if problem:
             self.invalidate(problem)

@@ -37,6 +37,18 @@ def fill_machine_facts(provenance) -> None:
     provenance.packages_sha256 = packages_digest(provenance.packages)
 
 
+def process_threads() -> Optional[int]:
+    """How many threads this process holds now (Linux: /proc/self/status), framework pools included."""
+    try:
+        with open("/proc/self/status") as stream:
+            for line in stream:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def cpu_affinity() -> Optional[int]:
     try:
         return len(os.sched_getaffinity(0))

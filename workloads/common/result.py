@@ -126,6 +126,7 @@ class Provenance:
     image_sources_sha256: Optional[str] = None  # the workload sources the image holds (its label)
     cpu_affinity: Optional[int] = None  # CPUs this process may run on (sched_getaffinity)
     cpu_quota: Optional[float] = None  # the cgroup's CPU limit, in CPUs; None: no limit
+    process_threads: Optional[int] = None  # threads the cell's process held at its end: every pool its framework started
     environment: Dict[str, str] = field(default_factory=dict)  # the variables that change speed, as set
     gpu: Dict[str, str] = field(default_factory=dict)  # memory, clocks, power limit, persistence, ECC, MIG
     packages: List[str] = field(default_factory=list)  # every installed distribution, "name==version", sorted
