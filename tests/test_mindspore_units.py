@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from framework_cells import framework_python
 from numpy_reference import conv_nchw_oihw, gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
@@ -222,18 +223,6 @@ def test_the_runtime_sets_onednn_from_the_option_not_with_setdefault():
 
 
 # --- fairness rules, run in the cached MindSpore environment (the local backend's; never built here) --
-
-def framework_python(framework: str) -> str:
-    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
-    from orchestrator.backends.local import READY_MARKER, LocalBackend
-    from orchestrator.frameworks import discover
-
-    registry = discover()
-    venv = LocalBackend(registry).environment_dir(registry[framework].variant("cpu"), framework)
-    if not (venv / READY_MARKER).is_file():
-        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
-    return str(venv / "bin" / "python")
-
 
 PRELUDE = """
 import dataclasses, importlib, json

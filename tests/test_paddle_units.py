@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from framework_cells import framework_python
 from numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
@@ -212,18 +213,6 @@ def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(paddle):
 # --- fairness rules, run in the cached Paddle environment (the local backend's; never built here) -----
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def framework_python(framework: str) -> str:
-    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
-    from orchestrator.backends.local import READY_MARKER, LocalBackend
-    from orchestrator.frameworks import discover
-
-    registry = discover()
-    venv = LocalBackend(registry).environment_dir(registry[framework].variant("cpu"), framework)
-    if not (venv / READY_MARKER).is_file():
-        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
-    return str(venv / "bin" / "python")
 
 
 PRELUDE = """
