@@ -51,8 +51,9 @@ def test_three_ok_cells_with_sane_metrics(smoke_run):
         assert samples.epoch_steps == [8] and 0 < samples.first_step_s < metrics.train_time_s
         assert 0.0 <= metrics.test_accuracy <= 1.0 and metrics.final_loss > 0
         assert metrics.samples_per_s > 0 and metrics.steady_samples_per_s > 0
-    # a few SGD steps on synthetic data with a class signal beat 10-class chance
-    assert ok["cnn"].metrics.test_accuracy > 0.15
+    # eight SGD steps from the canonical start on synthetic data with a class signal beat 10-class
+    # chance (0.10; two standard errors over 512 test images is 0.027 more)
+    assert ok["cnn"].metrics.test_accuracy > 0.125
     resnet = ok["resnet50"]
     assert len(resnet.samples.batch_times_s) == 3 and resnet.phases["warmup"] > 0
     median = float(np.median(resnet.samples.batch_times_s))
