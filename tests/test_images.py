@@ -232,6 +232,10 @@ def local_base_for(python: str, docker_client) -> str:
     return name
 
 
+# A non-default framework option every workload of the framework takes, given to its image's run.
+NON_DEFAULT_OPTION = {"tensorflow": "xla=on", "caffe2": "executor=simple"}
+
+
 @pytest.mark.parametrize("name", frameworks_built_in_ci())
 def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, docker_client, pytorch_image, tmp_path):
     """The framework's CPU image through `orchestrator build`, then its smoke cells in containers
@@ -244,15 +248,25 @@ def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, doc
     image = docker_client.images.get(images.image_tag(framework, framework.variants["cpu"]))
     assert image.labels["io.rosetta-bench.framework"] == name
     before = cell_containers(docker_client)
+    option = NON_DEFAULT_OPTION.get(name)  # a framework option travels in the cell document, not the environment
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", name,
                "--variants", "cpu", "--profile", "smoke", "--data", "synthetic", "--base-image", base,
-               "--results-dir", str(tmp_path / "run"), "--timeout", "900"]
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+               "--results-dir", str(tmp_path / "run"), "--timeout", "900", *(["--option", option] if option else [])]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                               env=dict(os.environ, OMP_NUM_THREADS="2"))
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
     assert sorted((r.cell.workload, r.status) for r in results) == [(w, "ok") for w in sorted(framework.workloads)], \
         {r.cell.key: (r.reason, (r.stderr_tail or "")[-600:]) for r in results}
     assert all(r.provenance.image_id == image.id and r.provenance.user_id == 10001 for r in results)
+    for result in results:  # what issue 10 asks both backends to carry into the container, and back
+        assert result.provenance.environment.get("OMP_NUM_THREADS") == "2", result.provenance.environment
+        assert result.provenance.extras["init"] == "canonical"
+        packages = tmp_path / "run" / "packages" / (result.provenance.packages_sha256.split(":")[1] + ".txt")
+        assert packages.read_text().splitlines() == result.provenance.packages
+        if option:
+            option_name, value = option.split("=")
+            assert result.provenance.extras[f"option.{option_name}"] == value and result.cell.options == {option_name: value}
     assert cell_containers(docker_client) - before == set()
     if os.environ.get("CI"):  # a CI machine's disk holds a few images, not all of them
         docker_client.images.remove(image.id, force=True)
