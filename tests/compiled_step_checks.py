@@ -156,32 +156,14 @@ def run_checks(framework: str, checks, environment=None) -> dict:
     """Run ``checks`` in ``framework``'s cached CPU environment (built on first use); their report."""
     import subprocess
 
-    from orchestrator.backends.local import LocalBackend
-    from orchestrator.frameworks import discover
+    from framework_cells import framework_python
 
-    python = LocalBackend(discover()).interpreter(framework, "cpu")
+    python = framework_python(framework)  # the cached environment, or the test skips
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(environment or {}))
     completed = subprocess.run([python, str(Path(__file__).resolve()), framework, *checks], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=1800)
     assert completed.returncode == 0, completed.stderr[-4000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def reference_gru_first_loss() -> float:
-    """The GRU smoke cell's first training loss from the canonical weights, in numpy: the first
-    batch the harness draws (its seeded permutation), numpy_reference.gru_logits, mean cross-entropy."""
-    import numpy as np
-    import numpy_reference
-
-    from workloads.common import canonical, hyperparams
-
-    run = Run(Cell("pytorch", "gru", profile="smoke", data="synthetic"), device="cpu")
-    data = run.load_imdb()
-    first = np.random.default_rng(hyperparams.SEED).permutation(len(data.x_train))[:run.settings.batch_size]
-    logits = numpy_reference.gru_logits(canonical.parameters("gru"), data.x_train[first])
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    losses = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(first)), data.y_train[first]]
-    return float(losses.mean())
 
 
 def main(argv) -> None:

@@ -242,19 +242,11 @@ def facts(framework: str, timeout: float = 1200) -> dict:
     skips where it has not been built. Run once per test session and framework."""
     import subprocess
 
-    import pytest
-
     if framework not in _FACTS:
-        from orchestrator.backends.local import READY_MARKER, LocalBackend
-        from orchestrator.frameworks import discover
+        from framework_cells import framework_python
 
-        frameworks = discover()
-        backend = LocalBackend(frameworks, log=lambda line: None)
-        venv = backend.environment_dir(frameworks[framework].variant("cpu"), framework)
-        if not (venv / READY_MARKER).is_file():
-            pytest.skip(f"the {framework}/cpu environment is not built ({venv}); `python -m orchestrator run-matrix "
-                        f"--backend local --frameworks {framework} --profile smoke --data synthetic` builds it")
-        completed = subprocess.run([str(venv / "bin" / "python"), __file__, framework], capture_output=True, text=True,
+        python = framework_python(framework)  # the cached environment, or the test skips
+        completed = subprocess.run([python, __file__, framework], capture_output=True, text=True,
                                    timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
         lines = [line for line in completed.stdout.splitlines() if line.startswith("FACTS ")]
         assert completed.returncode == 0 and lines, f"the {framework} probe failed:\n{completed.stderr[-4000:]}"

@@ -9,7 +9,8 @@ after 20 training steps, what ran, the canonical start.
 import numpy as np
 import pytest
 
-from compiled_step_checks import TRAIN_STEPS, reference_gru_first_loss, run_checks
+from compiled_step_checks import TRAIN_STEPS, run_checks
+from framework_cells import expected_first_loss
 from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
 from workloads.common import canonical, hyperparams
 
@@ -227,6 +228,6 @@ def test_training_starts_from_the_canonical_weights_unless_told_otherwise(jax_ch
     canonical_start, framework_start = jax_checks["first_loss:canonical"], jax_checks["first_loss:framework"]
     assert canonical_start["status"] == framework_start["status"] == "ok"
     assert canonical_start["extras"]["init"] == "canonical" and framework_start["extras"]["init"] == "framework"
-    expected = reference_gru_first_loss()
+    expected = expected_first_loss("gru")
     assert canonical_start["first_loss"] == pytest.approx(expected, rel=1e-5)
     assert framework_start["first_loss"] != pytest.approx(expected, rel=1e-3)
