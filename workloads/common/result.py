@@ -122,6 +122,9 @@ class Provenance:
     network_interfaces: List[str] = field(default_factory=list)  # just ["lo"] in a container without network
     image_id: Optional[str] = None
     image_digest: Optional[str] = None
+    # Where a cluster backend placed the cell (Ray): node id, node address, accelerator type, the
+    # engine's version, and how many tries it took; empty for a cell run on this host.
+    cluster: Dict[str, str] = field(default_factory=dict)
     image_revision: Optional[str] = None  # the project revision the image was built from (its label)
     image_sources_sha256: Optional[str] = None  # the workload sources the image holds (its label)
     cpu_affinity: Optional[int] = None  # CPUs this process may run on (sched_getaffinity)
