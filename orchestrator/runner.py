@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import platform
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator import host, onnx_export, run_folder
-from orchestrator.backends import Backend, CellJob, unsupported
+from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import cell_path, read_cell_file
@@ -30,6 +29,11 @@ from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError, w
 
 class Interrupted(UserError):
     pass
+
+
+class ClusterLost(UserError):
+    """The cluster a dispatching backend ran cells on stopped answering: the run ends (exit 1),
+    the finished cells kept."""
 
 
 @dataclass
@@ -76,44 +80,71 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
     if summary.skipped:
         console.print(f"resuming {results_dir}: {summary.skipped} cell(s) already ok, {len(pending)} to run")
 
-    data_errors = {} if parity else _prefetch(pending, data_dir, console)
+    datasets: dict[str, Path] = {}  # dataset name -> its verified archive on this host
+    data_errors = {} if parity else _prefetch(pending, data_dir, console, datasets)
     # an inference engine's model (PyTorch's, exported to ONNX once), before its cells
     models = onnx_export.prepare(pending, backend, frameworks, data_dir=data_dir, results_dir=results_dir,
                                  timeout=timeout, git_revision=revision, log=console.print)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("matrix", total=len(pending))
+
+        def started(job: CellJob) -> None:
+            cell = job.cell
+            progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
+
+        own_dispatch = getattr(backend, "dispatcher", None)
+        dispatch = own_dispatch(progress=progress, task=task) if own_dispatch else SerialDispatch(backend, started)
+
+        def finish(result: Result) -> None:
+            result.provenance.backend = result.provenance.backend or backend.name
+            result.provenance.git_revision = result.provenance.git_revision or revision
+            _write_packages(result, results_dir, finished=len(summary.results))
+            _write_result(result, cell_path(results_dir, result.cell), results_dir, finished=len(summary.results))
+            summary.results.append(result)
+            console.print(_describe(result))
+            progress.advance(task)
+
         try:
+            # decided on the host (a dataset missing, a cell this backend cannot run): no job
+            steps: list[Result | CellJob] = []
             for cell in pending:
-                progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
                 variant = frameworks[cell.framework].variant(cell.variant)
-                start = time.perf_counter()
                 if cell.workload in data_errors:
-                    result = Result(cell=cell, status="failed", reason=data_errors[cell.workload])
+                    steps.append(Result(cell=cell, status="failed", reason=data_errors[cell.workload]))
                 elif reason := backend.unsupported_reason(cell, variant):
-                    result = unsupported(cell, reason)
+                    steps.append(unsupported(cell, reason))
                 elif problem := models.problem(cell):
-                    result = Result(cell=cell, status="failed", reason=problem)
+                    steps.append(Result(cell=cell, status="failed", reason=problem))
                 else:
                     # absolute, never resolved through a link; the log created fresh, never through one
                     work_dir, log_path = _cell_paths(results_dir, cell.key)
-                    job = CellJob(cell=cell, device=variant.device, work_dir=work_dir, log_path=log_path,
-                                  data_dir=Path(data_dir).resolve(),
-                                  timeout=timeout, git_revision=revision,
-                                  parity=f"parity/{cell.workload}" if parity else None,
-                                  onnx_model=models.folder(cell))
-                    result = backend.run_cell(job)
-                result.wall_time_s = time.perf_counter() - start
-                result.provenance.backend = result.provenance.backend or backend.name
-                result.provenance.git_revision = result.provenance.git_revision or revision
-                _write_packages(result, results_dir, finished=len(summary.results))
-                _write_result(result, cell_path(results_dir, cell), results_dir, finished=len(summary.results))
-                summary.results.append(result)
-                console.print(_describe(result))
-                progress.advance(task)
+                    steps.append(CellJob(cell=cell, device=variant.device, work_dir=work_dir, log_path=log_path,
+                                         data_dir=Path(data_dir).resolve(),
+                                         timeout=timeout, git_revision=revision,
+                                         parity=f"parity/{cell.workload}" if parity else None,
+                                         onnx_model=models.folder(cell)))
+            dispatch.prepare([step for step in steps if isinstance(step, CellJob)], datasets)
+            for step in steps:  # in the run order; a serial backend runs each job as it is gathered
+                if isinstance(step, Result):
+                    step.wall_time_s = 0.0
+                    finish(step)
+                    continue
+                dispatch.submit(step)
+                for _, result in dispatch.gather(wait=False):
+                    finish(result)
+            for _, result in dispatch.gather(wait=True):
+                finish(result)
         except KeyboardInterrupt:
+            dispatch.cancel()
             raise Interrupted(f"interrupted: {len(summary.results)} finished cell(s) kept in {results_dir}; "
                               f"continue with: run-matrix --resume --results-dir {results_dir}") from None
+        except ClusterLost as error:
+            dispatch.cancel()
+            raise ClusterLost(f"{error}; {len(summary.results)} finished cell(s) kept in {results_dir}; "
+                              f"continue with: run-matrix --resume --results-dir {results_dir}") from None
+        finally:
+            dispatch.close()
     return summary
 
 
@@ -172,9 +203,11 @@ def _finished(path: Path) -> bool:
         return False
 
 
-def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, str]:
+def _prefetch(cells: list[Cell], data_dir: Path, console: Console,
+              archives: dict[str, Path] | None = None) -> dict[str, str]:
     """Download and cache each real dataset once, before any cell starts (containers have no
-    network). A dataset that cannot be had fails its cells with the reason; the rest still run."""
+    network). A dataset that cannot be had fails its cells with the reason; the rest still run.
+    `archives` receives each prepared dataset's verified archive (a cluster ships it to its nodes)."""
     errors = {}
     needed = sorted({cell.workload for cell in cells
                      if cell.data == "real" and declaration.get(cell.workload).dataset is not None})
@@ -189,7 +222,9 @@ def _prefetch(cells: list[Cell], data_dir: Path, console: Console) -> dict[str, 
                 progress.update(task, completed=done, total=total)
 
             try:
-                data.prepare(declared.dataset, data_dir, settings=settings, progress=report)
+                archive = data.prepare(declared.dataset, data_dir, settings=settings, progress=report)
+                if archives is not None:
+                    archives[declared.dataset] = Path(archive)
             except data.DataError as error:
                 errors[workload] = str(error)
                 console.print(f"[red]error:[/red] {escape(str(error))}")

@@ -126,7 +126,7 @@ def test_a_registered_backend_is_offered_and_runs_cells(monkeypatch, tmp_path, c
     monkeypatch.setitem(registry.REGISTRY, "recording", registry.Registration(
         lambda frameworks, options, log: RecordingBackend(options), "recording", "cells pretend to run"))
     backend = option(subcommands(build_parser())["run-matrix"], "--backend")
-    assert backend.choices == ("auto", "local", "docker", "recording")
+    assert backend.choices == ("auto", "local", "docker", "ray", "recording")
     assert option(subcommands(build_parser())["parity"], "--backend").choices == backend.choices
     assert registry.auto_help() == "auto: Docker when an engine answers, else local"  # not ranked: never auto
 
@@ -152,8 +152,8 @@ def test_auto_tries_registered_backends_by_rank(monkeypatch):
 
 
 def test_an_unknown_backend_named_by_a_caller_is_a_user_error():
-    with pytest.raises(UserError, match="unknown backend 'ray'; choose from auto, local, docker"):
-        registry.choose("ray")
+    with pytest.raises(UserError, match="unknown backend 'slurm'; choose from auto, local, docker, ray"):
+        registry.choose("slurm")
 
 
 class OrderRecordingBackend(RecordingBackend):

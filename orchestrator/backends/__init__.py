@@ -8,9 +8,10 @@ EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
@@ -68,6 +69,59 @@ class Backend(Protocol):
 
     # Optional: `make_writable_by_cells(folder)` for a backend whose cells run as another user than
     # the orchestrator's (Docker's, when run as root): hands a folder of ours (mode 0700) to them.
+    #
+    # Optional, for a backend that runs many cells at once (Ray's): `dispatcher()`, a Dispatch of
+    # its own. The runner wraps any other backend in SerialDispatch.
+
+
+class Dispatch(Protocol):
+    """Submit-and-gather: the runner submits every cell it runs, and writes each result as
+    `gather` hands it over. `prepare(jobs, datasets)` comes first (may refuse the run with a
+    UserError, before anything starts); `cancel()` on Ctrl-C or SIGTERM stops whatever is
+    outstanding and cleans up after it; `close()` always comes last."""
+
+    def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None: ...
+
+    def submit(self, job: CellJob) -> None: ...
+
+    def gather(self, *, wait: bool) -> Iterator[tuple[CellJob, Result]]:
+        """The (job, result) pairs finished since the last call; with `wait`, until none is outstanding."""
+
+    def cancel(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SerialDispatch:
+    """A backend that only has `run_cell`, as a Dispatch: `gather` runs each submitted cell in turn
+    (exactly the old loop: one cell at a time, in the order submitted, on this host). `started(job)`
+    is called as each cell starts; each result's wall_time_s is the whole cell as the host saw it."""
+
+    def __init__(self, backend: Backend, started: Callable[[CellJob], None] = lambda job: None):
+        self.backend = backend
+        self.started = started
+        self._queue: list[CellJob] = []
+
+    def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
+        pass  # the datasets are in the host's data folder already
+
+    def submit(self, job: CellJob) -> None:
+        self._queue.append(job)
+
+    def gather(self, *, wait: bool) -> Iterator[tuple[CellJob, Result]]:
+        while self._queue:
+            job = self._queue.pop(0)
+            self.started(job)
+            start = time.perf_counter()
+            result = self.backend.run_cell(job)
+            result.wall_time_s = time.perf_counter() - start
+            yield job, result
+
+    def cancel(self) -> None:
+        self._queue.clear()  # the running cell cleans up after itself as the interrupt unwinds it
+
+    def close(self) -> None:
+        pass
 
 
 CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folder

@@ -39,6 +39,11 @@ class BackendOptions:
     build: images.BuildOptions = field(default_factory=images.BuildOptions)  # docker: how images are built
     container_memory: str | None = DEFAULT_CONTAINER_MEMORY  # docker: each cell's memory limit ("16g"); None: none
     container_pids: int | None = DEFAULT_CONTAINER_PIDS  # docker: each cell's process limit; None: none
+    ray_address: str | None = None  # ray: the head's HOST:PORT; None: start a local instance on 127.0.0.1
+    node_backend: str = "docker"  # ray: what runs a cell on its node (docker or local)
+    accelerator_type: str | None = None  # ray: CUDA cells only on nodes of this GPU model (e.g. H100)
+    cpu_cells_per_node: int = 1  # ray: CPU cells at once on one node
+    max_retries: int = 2  # ray: tries again of a cell lost to a node's death (not of a failed workload)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,12 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
                                         log=log)
 
 
+def _start_ray(frameworks: dict, options: BackendOptions, log: Log):
+    from orchestrator.backends import ray_backend  # imports Ray, an optional extra, only when asked for
+
+    return ray_backend.start(frameworks, options, log)
+
+
 def _docker_engine_answers() -> tuple[bool, str]:
     engine = host.docker_engine()
     return (True, f"{engine.detail} answered") if engine.available else (False, "no Docker engine answered")
@@ -125,6 +136,8 @@ REGISTRY: dict[str, Registration] = {
     "local": Registration(_start_local, "local", "per-framework virtual environments", auto_rank=1, auto_note="local"),
     "docker": Registration(_start_docker, "Docker", "one container per cell", probe=_docker_engine_answers,
                            auto_rank=0, auto_note="Docker when an engine answers"),
+    "ray": Registration(_start_ray, "Ray", "each cell a Ray task on a cluster node, run there by its Docker "
+                        "or local backend"),
 }
 
 

@@ -156,6 +156,19 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--container-pids", default=str(registry.DEFAULT_CONTAINER_PIDS),
                         help="docker: how many processes and threads each cell container may run; none for no "
                         f"limit (default: {registry.DEFAULT_CONTAINER_PIDS})")
+    parser.add_argument("--ray-address", metavar="HOST:PORT", help="ray: the cluster's head node (default: start "
+                        "a local Ray instance bound to 127.0.0.1)")
+    parser.add_argument("--node-backend", choices=("docker", "local"), default="docker",
+                        help="ray: what runs each cell on the node it lands on (default: docker, the node's own "
+                        "engine; images by tag and digest from --registry with --pull)")
+    parser.add_argument("--accelerator-type", metavar="NAME", help="ray: CUDA cells only on nodes with this GPU "
+                        "model, e.g. H100 (node label accelerator-type=NAME, or Ray's accelerator_type resource)")
+    parser.add_argument("--cpu-cells-per-node", type=positive_count, default=1, metavar="N",
+                        help="ray: CPU cells one node runs at once (default: 1; more share the node's cores, "
+                        "which distorts every one of their numbers)")
+    parser.add_argument("--max-retries", type=retry_count, default=2, metavar="N",
+                        help="ray: how often a cell lost to a node's death is tried again on another node "
+                        "(infrastructure failures only; a failed workload is never retried; default: 2)")
     add_build_options(parser)
 
 
@@ -163,7 +176,24 @@ def backend_options(args: argparse.Namespace) -> registry.BackendOptions:
     return registry.BackendOptions(backend=args.backend, python=args.python, cache_dir=args.cache_dir,
                                    gpus=args.gpus, pull=args.pull, build=build_options(args),
                                    container_memory=container_memory(args.container_memory),
-                                   container_pids=container_pids(args.container_pids))
+                                   container_pids=container_pids(args.container_pids),
+                                   ray_address=args.ray_address, node_backend=args.node_backend,
+                                   accelerator_type=args.accelerator_type,
+                                   cpu_cells_per_node=args.cpu_cells_per_node, max_retries=args.max_retries)
+
+
+def positive_count(value: str) -> int:
+    """--cpu-cells-per-node: a whole number from 1 to 1024."""
+    if not value.strip().isdigit() or not 1 <= int(value) <= 1024:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1024, not {value!r:.40}")
+    return int(value)
+
+
+def retry_count(value: str) -> int:
+    """--max-retries: a whole number from 0 to 100."""
+    if not value.strip().isdigit() or not 0 <= int(value) <= 100:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 100, not {value!r:.40}")
+    return int(value)
 
 
 _MEMORY = re.compile(r"(\d+)([bkmg]?)b?", re.IGNORECASE)

@@ -30,9 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
-                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                        force=args.force, options=args.option)
+    from orchestrator.runner import ClusterLost
+
+    try:
+        return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
+                            results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
+                            force=args.force, options=args.option)
+    except ClusterLost as error:  # one line, the finished cells kept: exit 1, not a usage error's 2
+        console.print(f"[red]error:[/red] {escape(str(error))}")
+        return EXIT_CELLS_FAILED
 
 
 def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,
