@@ -89,9 +89,10 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
     if options.gpus:
         raise UserError("--gpus picks this host's GPUs; on --backend ray every CUDA cell gets one GPU of the "
                         "node it runs on (use --accelerator-type to choose the GPU model)")
-    ray = import_ray()
     if options.ray_address:
         check_address(options.ray_address)
+        use_token_when_there_is_one()  # before Ray is imported: it reads the mode once
+    ray = import_ray()
     try:
         if options.ray_address:
             ray.init(address=options.ray_address, logging_level="WARNING", log_to_driver=False)
@@ -105,6 +106,18 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
     log(f"Ray {ray.__version__}: {where}, {len(_alive_nodes(ray))} node(s); cells run with the "
         f"{options.node_backend} backend on each node")
     return RayBackend(frameworks, options, log)
+
+
+def use_token_when_there_is_one() -> None:
+    """Current Ray turns token authentication on for the clusters `ray start` makes, but a driver
+    that connects presents the token only in token mode: turn it on when a token is at hand
+    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and RAY_AUTH_MODE says nothing.
+    The token is never read here, nor recorded anywhere."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def _alive_nodes(ray) -> list[dict]:

@@ -1,0 +1,307 @@
+"""The Ray backend on a real Ray cluster: a head and worker nodes started with `ray start` on
+127.0.0.1 (never another interface), cells run by the local node backend with a stand-in
+interpreter (cheap: no framework), or by the Docker node backend with a tiny image.
+
+Skipped when Ray is not installed, unless ROSETTA_REQUIRE_RAY=1 (then they fail)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import frameworks
+from orchestrator.backends import registry
+from orchestrator.errors import UserError
+from workloads.common.result import Cell, Result
+
+REQUIRE_RAY = os.environ.get("ROSETTA_REQUIRE_RAY") == "1"
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY = frameworks.discover()
+LABEL = "FAKE-GPU"
+
+# Not imported here: the backend turns token authentication on before Ray is first imported.
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+if REQUIRE_RAY and not HAVE_RAY:
+    raise ImportError("ROSETTA_REQUIRE_RAY=1 but Ray is not installed: pip install -e \".[ray]\"")
+RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install -e \".[ray]\")")
+
+
+def ray_version() -> str:
+    from importlib.metadata import version
+
+    return version("ray")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Cluster:
+    """Ray processes started here, each `ray start` with its own --temp-dir under one folder; stopped by PID."""
+
+    def __init__(self, root: Path, data_dir: Path):
+        self.root = root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.environment = {**os.environ, "PYTHONPATH": str(ROOT), "ROSETTA_DATA_DIR": str(data_dir),
+                            "ROSETTA_NODE_SCRATCH": str(root / "scratch"), "RAY_USAGE_STATS_ENABLED": "0",
+                            "RAY_AUTH_MODE": "token",  # as `ray start` makes it (the token: ~/.ray/auth_token)
+                            # a dead node is noticed in seconds, not half a minute
+                            "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
+                            "RAY_health_check_initial_delay_ms": "0"}
+        self.environment.pop("RAY_ADDRESS", None)
+
+    def start(self, *arguments: str, environment: dict | None = None) -> None:
+        subprocess.run([RAY, "start", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *arguments],
+                       env=environment or self.environment, check=True, capture_output=True, timeout=180)
+
+    def head(self) -> None:
+        self.start("--head", f"--port={self.port}", "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
+                   f"--temp-dir={self.root / 'ray'}", f"--dashboard-agent-listen-port={free_port()}")
+
+    def worker(self, *arguments: str, gpu: bool = False) -> str:
+        """Start a worker node; its node id. `gpu`: a logical GPU (Ray's count) that the node's own
+        checks see too (a stand-in nvidia-smi listing one GPU on its PATH); no CUDA behind it."""
+        before = {node["NodeID"] for node in self.nodes()}
+        environment = dict(self.environment)
+        if gpu:
+            arguments = ("--num-gpus=1", f"--labels=accelerator-type={LABEL}", *arguments)
+            bin_dir = self.root / "gpu-bin"
+            bin_dir.mkdir(exist_ok=True)
+            smi = bin_dir / "nvidia-smi"
+            smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: Stand-in GPU (UUID: GPU-0000)'\nexit 0\n")
+            smi.chmod(0o755)
+            environment["PATH"] = f"{bin_dir}:{environment['PATH']}"
+        self.start(f"--address={self.address}", "--num-cpus=1", *arguments, environment=environment)
+        for _ in range(100):
+            new = {node["NodeID"] for node in self.nodes()} - before
+            if new:
+                return new.pop()
+            time.sleep(0.2)
+        raise AssertionError("the worker never joined")
+
+    def nodes(self) -> list[dict]:
+        script = ("import json, ray; ray.init(address=%r, logging_level='ERROR'); "
+                  "print(json.dumps([n for n in ray.nodes() if n['Alive']], default=str))" % self.address)
+        answer = subprocess.run([sys.executable, "-c", script], env=self.environment, capture_output=True, text=True,
+                                timeout=120, check=True)
+        return json.loads(answer.stdout.strip().splitlines()[-1])
+
+    def raylet_pids(self) -> dict[str, int]:
+        """node id -> its raylet's pid (the node's own process: killing it kills the node)."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if command and command[0].endswith(b"raylet") and any(str(self.root).encode() in part
+                                                                  for part in command):
+                node = next((part.split(b"=", 1)[1].decode() for part in command if part.startswith(b"--node_id=")),
+                            None)
+                found[node] = int(entry.name)
+        return found
+
+    def stop(self) -> None:
+        subprocess.run([RAY, "stop", "--force"], env={**self.environment}, capture_output=True, timeout=120) \
+            if False else None  # `ray stop` stops every Ray on the machine: ours are stopped by PID instead
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if str(self.root).encode() in command or str(self.root).encode() in environ:
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def fake_interpreter(folder: Path) -> str:
+    """An executable taking `python -m workloads --cell FILE`: an ok result, after sleeping as long as
+    the file `<folder>/sleep-<workload>` says; it records where it ran (its pid, CUDA_VISIBLE_DEVICES)."""
+    script = folder / "fake-python"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""
+        import os, socket, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from workloads.common.cell import CellRequest
+        from workloads.common.result import Result
+        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
+        cell = request.cell
+        marker = os.path.join({str(folder)!r}, "sleep-" + cell.workload)
+        if os.path.exists(marker):
+            open(os.path.join({str(folder)!r}, "started-" + cell.key), "w").write(str(os.getpid()))
+            time.sleep(float(open(marker).read()))
+        print("cell", cell.key, "ran")
+        result = Result(cell=cell)
+        result.provenance.hostname = socket.gethostname()
+        result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-")}}
+        result.write(request.out)
+    """))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    root = Path(tempfile.mkdtemp(prefix="rr-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    (root / "data").mkdir()
+    (root / "bin").mkdir()
+    made = Cluster(root, root / "data")
+    try:
+        made.head()
+        made.head_id = next(node["NodeID"] for node in made.nodes() if node.get("Resources", {}).get("GPU", 0) == 0)
+        made.gpu_id = made.worker(gpu=True)
+        made.python = fake_interpreter(root / "bin")
+        yield made
+    finally:
+        made.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def options(cluster, **changes) -> registry.BackendOptions:
+    return registry.BackendOptions(backend="ray", ray_address=cluster.address, node_backend="local",
+                                   python=cluster.python, **changes)
+
+
+def run(cluster, tmp_path, cells, *, backend_options=None, resume=False):
+    from orchestrator.runner import run_cells
+
+    engine = registry.start(backend_options or options(cluster), REGISTRY, log=lambda line: None)
+    return run_cells(cells, engine, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
+                     resume=resume)
+
+
+def cells(workloads=("cnn", "gru"), variant="cpu", repeats=1) -> list[Cell]:
+    return [Cell("pytorch", workload, variant=variant, profile="smoke", data="synthetic", repeat=repeat)
+            for workload in workloads for repeat in range(repeats)]
+
+
+def written(tmp_path) -> dict[str, dict]:
+    return {path.stem: json.loads(path.read_text()) for path in (tmp_path / "run" / "cells").glob("*.json")}
+
+
+def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_path):
+    os.environ.pop("RAY_ADDRESS", None)
+    matrix = cells(("cnn", "gru", "resnet50")) + cells(("cnn",), variant="cu128")
+    summary = run(cluster, tmp_path, matrix, backend_options=options(cluster, accelerator_type=LABEL))
+    assert [result.status for result in summary.results].count("ok") == len(matrix), \
+        [(r.status, r.reason) for r in summary.results]
+    results = written(tmp_path)
+    assert len(results) == len(matrix)
+    nodes = {cluster.head_id, cluster.gpu_id}
+    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in cluster.nodes()}
+    for key, document in results.items():
+        Result.from_dict(document)  # the same shape every backend writes
+        where = document["provenance"]["cluster"]
+        assert document["provenance"]["backend"] == "ray/local"
+        assert where["node_id"] in nodes and where["tries"] == "1" and where["ray_version"] == ray_version()
+        assert where["node_address"] == addresses[where["node_id"]] and where["hostname"] == socket.gethostname()
+        if "__cu128__" in key:  # the CUDA cell on the node with the GPU, and only that device
+            assert where["node_id"] == cluster.gpu_id and where["accelerator_type"] == LABEL
+            assert where["gpus"] == "0" and document["provenance"]["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert (tmp_path / "run" / "logs" / f"{key}.log").read_text().strip() == f"cell {key} ran"
+        assert isinstance(document["wall_time_s"], float)
+    assert {document["provenance"]["cluster"]["node_id"] for document in results.values()} == nodes
+    run_json = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run_json["invocations"][-1]["backend"] == "ray/local"
+
+
+def test_cells_no_node_can_take_are_named_before_anything_starts(cluster, tmp_path):
+    with pytest.raises(UserError, match=r"cannot place cells on this Ray cluster before starting: no node with a "
+                                        r"GPU of type H100 for 1 cell\(s\) \(pytorch__cu128__cnn"):
+        run(cluster, tmp_path, cells(("cnn",), variant="cu128") + cells(("gru",)),
+            backend_options=options(cluster, accelerator_type="H100"))
+    assert written(tmp_path) == {}
+
+
+def test_bad_input_is_one_line(cluster, monkeypatch):
+    port = free_port()
+    with pytest.raises(UserError, match=rf"--ray-address 127.0.0.1:{port}: no Ray head answers there"):
+        registry.start(registry.BackendOptions(backend="ray", ray_address=f"127.0.0.1:{port}"), REGISTRY)
+    with pytest.raises(UserError, match="--ray-address 'nowhere': give the head node's HOST:PORT"):
+        registry.start(registry.BackendOptions(backend="ray", ray_address="nowhere"), REGISTRY)
+    monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
+    with pytest.raises(UserError, match=r'--backend ray needs Ray, which is not installed: install the extra with '
+                                        r'pip install -e "\.\[ray\]"'):
+        registry.start(registry.BackendOptions(backend="ray"), REGISTRY)
+
+
+def test_ray_missing_on_the_command_line_is_one_line_and_exit_2(tmp_path):
+    script = ("import sys; sys.modules['ray'] = None; from orchestrator.__main__ import main; "
+              "sys.exit(main(['run-matrix', '--backend', 'ray', '--frameworks', 'pytorch', '--variants', 'cpu', "
+              "'--workloads', 'cnn', '--profile', 'smoke', '--data', 'synthetic', '--no-report', "
+              f"'--results-dir', {str(tmp_path / 'run')!r}]))")
+    answer = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "300"})
+    assert answer.returncode == 2, answer.stderr
+    assert "Traceback" not in answer.stderr
+    assert 'needs Ray, which is not installed: install the extra with pip install -e ".[ray]"' in answer.stderr
+
+
+def test_a_node_killed_mid_cell_the_cell_completes_on_another_and_nothing_finished_is_lost(cluster, tmp_path):
+    doomed = cluster.worker(gpu=True)
+    marker = Path(cluster.python).parent / "sleep-resnet50"
+    marker.write_text("20")
+    try:
+        matrix = cells(("cnn", "gru")) + cells(("resnet50",), variant="cu128")
+        outcome = {}
+        # the slow CUDA cell lands on one of the two GPU nodes, which is killed mid-cell
+        runner = threading.Thread(target=lambda: outcome.update(summary=run(cluster, tmp_path, matrix)))
+        runner.start()
+        slow_key = matrix[2].key
+        started = Path(cluster.python).parent / f"started-{slow_key}"
+        for _ in range(600):
+            if started.exists():
+                break
+            time.sleep(0.1)
+        assert started.exists(), "the slow cell never started"
+        marker.write_text("0")  # its next try is quick
+        # kill the node the slow cell runs on: its raylet and the cell's processes
+        pids = cluster.raylet_pids()
+        cell_pid = int(started.read_text())
+        victim = next(node for node, pid in pids.items() if node != cluster.head_id and _ancestor(pid, cell_pid))
+        os.kill(pids[victim], signal.SIGKILL)
+        runner.join(timeout=240)
+        assert not runner.is_alive()
+        results = written(tmp_path)
+        assert {document["status"] for document in results.values()} == {"ok"} and len(results) == 3
+        slow = results[slow_key]["provenance"]["cluster"]
+        assert slow["tries"] == "2" and slow["node_id"] not in (victim, cluster.head_id) and victim[:6] in slow["try_1"]
+        assert slow["accelerator_type"] == LABEL
+    finally:
+        marker.unlink(missing_ok=True)
+        for pid in [pid for node, pid in cluster.raylet_pids().items() if node == doomed]:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _ancestor(ancestor: int, pid: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
