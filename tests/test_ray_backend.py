@@ -305,3 +305,74 @@ def _ancestor(ancestor: int, pid: int) -> bool:
         except (OSError, ValueError, IndexError):
             return False
     return False
+
+
+# --- the Docker node backend: Ctrl-C or SIGTERM on the driver leaves no container on any node -------
+
+DOCKER_BASE = os.environ.get("ROSETTA_BASE_IMAGE")
+TEST_REGISTRY = "rosetta-ray-test"
+SLEEPING_DOCKERFILE = textwrap.dedent("""
+    FROM {base}
+    RUN useradd --uid 10001 --user-group --create-home --home-dir /home/rosetta rosetta
+    USER 10001:10001
+    ENTRYPOINT ["python3", "-c", "import time; print('sleeping', flush=True); time.sleep(600)"]
+""")
+
+
+@pytest.fixture(scope="module")
+def sleeping_image():
+    """A tiny image standing in for PyTorch's under a test registry's name: every cell sleeps."""
+    docker = pytest.importorskip("docker")
+    from orchestrator import images
+    from orchestrator.backends.docker import connect
+
+    try:
+        client = connect()
+    except UserError as error:
+        pytest.skip(str(error))
+    base = DOCKER_BASE or next((tag for image in client.images.list() for tag in image.tags
+                                if tag.startswith("rosetta-base:")), None)
+    if base is None:
+        pytest.skip("no rosetta-base image: run images/base/make-local-base.sh first")
+    pytorch = REGISTRY["pytorch"]
+    tag = images.image_tag(pytorch, pytorch.variant("cpu"), TEST_REGISTRY)
+    folder = Path(tempfile.mkdtemp(prefix="rr-image-"))
+    (folder / "Dockerfile").write_text(SLEEPING_DOCKERFILE.format(base=base))
+    client.images.build(path=str(folder), tag=tag, rm=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    yield client, tag
+    for container in client.containers.list(all=True, filters={"ancestor": tag}):
+        container.remove(force=True)
+    try:
+        client.images.remove(tag, force=True)
+    except docker.errors.APIError:
+        pass
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stopping_the_driver_leaves_no_container_on_any_node(cluster, sleeping_image, tmp_path, stop):
+    client, tag = sleeping_image
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "ray", "--ray-address",
+               cluster.address, "--node-backend", "docker", "--pull", "--registry", TEST_REGISTRY,
+               "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,gru", "--profile", "smoke",
+               "--data", "synthetic", "--no-report", "--results-dir", str(tmp_path / "run"), "--timeout", "300"]
+    driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**cluster.environment, "COLUMNS": "300"})
+    try:
+        for _ in range(600):  # both cells running, one per node
+            if len(client.containers.list(filters={"ancestor": tag, "status": "running"})) == 2 \
+                    or driver.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, driver.stdout.read()
+        running = client.containers.list(filters={"ancestor": tag, "status": "running"})
+        assert len(running) == 2
+        driver.send_signal(stop)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, output
+    assert "interrupted: 0 finished cell(s) kept" in output and "Traceback" not in output
+    assert client.containers.list(all=True, filters={"ancestor": tag}) == []
+    assert not list((tmp_path / "run" / "cells").glob("*.json"))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -53,7 +54,8 @@ CONNECT_TIMEOUT_S = 10.0
 NODE_TABLE_REFRESH_S = 5.0
 CANCEL_GRACE_S = 10.0  # after a polite cancel, how long the tasks get to remove their containers
 CLEANUP_TIMEOUT_S = 60.0
-LOG_LIMIT_BYTES = 64 << 20  # a cell's log shipped back to the driver: its last 64 MiB
+LOG_LIMIT_BYTES = 64 << 20
+_STOPPING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))  # a cell's log shipped back to the driver: its last 64 MiB
 
 
 def import_ray():
@@ -93,6 +95,9 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
         check_address(options.ray_address)
         use_token_when_there_is_one()  # before Ray is imported: it reads the mode once
     ray = import_ray()
+    # Ray's core installs its own SIGTERM handler (it logs and exits): keep ours, which stops a run
+    # as Ctrl-C does (the tasks cancelled, the nodes' containers removed, finished cells kept).
+    handlers = {number: signal.getsignal(number) for number in _STOPPING_SIGNALS}
     try:
         if options.ray_address:
             ray.init(address=options.ray_address, logging_level="WARNING", log_to_driver=False)
@@ -102,6 +107,10 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
     except Exception as error:  # Ray raises ConnectionError, RuntimeError, its own AuthenticationError...
         where = options.ray_address or "a local Ray instance"
         raise UserError(f"could not connect to {where}: {_one_line(error)}") from None
+    finally:
+        for number, handler in handlers.items():
+            if handler is not None:
+                signal.signal(number, handler)
     where = options.ray_address or "a local Ray instance on 127.0.0.1"
     log(f"Ray {ray.__version__}: {where}, {len(_alive_nodes(ray))} node(s); cells run with the "
         f"{options.node_backend} backend on each node")
