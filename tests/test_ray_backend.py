@@ -153,10 +153,13 @@ def fake_interpreter(folder: Path) -> str:
         if os.path.exists(marker):
             open(os.path.join({str(folder)!r}, "started-" + cell.key), "w").write(str(os.getpid()))
             time.sleep(float(open(marker).read()))
+        began = time.time()
+        time.sleep(0.3)
         print("cell", cell.key, "ran")
         result = Result(cell=cell)
         result.provenance.hostname = socket.gethostname()
-        result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-")}}
+        result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
+                                          "BEGAN": repr(began), "ENDED": repr(time.time())}}
         result.write(request.out)
     """))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -224,6 +227,11 @@ def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_p
         assert (tmp_path / "run" / "logs" / f"{key}.log").read_text().strip() == f"cell {key} ran"
         assert isinstance(document["wall_time_s"], float)
     assert {document["provenance"]["cluster"]["node_id"] for document in results.values()} == nodes
+    for node in nodes:  # --cpu-cells-per-node 1 (the default): a node's CPU cells never overlap
+        spans = sorted((float(d["provenance"]["environment"]["BEGAN"]), float(d["provenance"]["environment"]["ENDED"]))
+                       for key, d in results.items() if "__cpu__" in key
+                       and d["provenance"]["cluster"]["node_id"] == node)
+        assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:])), spans
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_json["invocations"][-1]["backend"] == "ray/local"
 
@@ -376,3 +384,32 @@ def test_stopping_the_driver_leaves_no_container_on_any_node(cluster, sleeping_i
     assert "interrupted: 0 finished cell(s) kept" in output and "Traceback" not in output
     assert client.containers.list(all=True, filters={"ancestor": tag}) == []
     assert not list((tmp_path / "run" / "cells").glob("*.json"))
+
+
+# --- data: a node writes only verified bytes ----------------------------------------------------------
+
+def test_a_node_writes_a_dataset_only_after_checking_the_published_checksum(tmp_path):
+    import hashlib
+
+    from orchestrator.backends.ray_backend import install_dataset
+    from workloads.common.data import RemoteFile
+
+    content = b"the published archive"
+    remote = RemoteFile("Toy", "toy.tar.gz", "https://example.invalid/toy.tar.gz", "sha256",
+                        hashlib.sha256(content).hexdigest())
+    fetched = []
+
+    def get(reference):
+        fetched.append(reference)
+        return reference
+
+    with pytest.raises(UserError, match="Toy: the bytes received do not match the published sha256; not written"):
+        install_dataset(remote, b"tampered in transit", tmp_path, get)
+    assert not (tmp_path / "toy.tar.gz").exists()
+    install_dataset(remote, content, tmp_path, get)
+    assert (tmp_path / "toy.tar.gz").read_bytes() == content and len(fetched) == 2
+    install_dataset(remote, content, tmp_path, get)  # the node's verified copy: nothing fetched
+    assert len(fetched) == 2
+    (tmp_path / "toy.tar.gz").write_bytes(b"corrupted on the node")
+    install_dataset(remote, content, tmp_path, get)  # a corrupt copy is replaced by verified bytes
+    assert (tmp_path / "toy.tar.gz").read_bytes() == content and len(fetched) == 3
