@@ -34,6 +34,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -108,9 +109,10 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
         where = options.ray_address or "a local Ray instance"
         raise UserError(f"could not connect to {where}: {_one_line(error)}") from None
     finally:
-        for number, handler in handlers.items():
-            if handler is not None:
-                signal.signal(number, handler)
+        if threading.current_thread() is threading.main_thread():  # elsewhere Python keeps no handlers
+            for number, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(number, handler)
     where = options.ray_address or "a local Ray instance on 127.0.0.1"
     log(f"Ray {ray.__version__}: {where}, {len(_alive_nodes(ray))} node(s); cells run with the "
         f"{options.node_backend} backend on each node")
@@ -583,10 +585,21 @@ def clean_node(session: str, node_backend: str) -> int:
     if node_backend == "docker":
         from orchestrator.backends import docker as docker_backend
 
+        import docker
+
+        label = f"{docker_backend.SESSION_LABEL}={session}"
         try:
             client = docker_backend.connect()
-            removed = docker_backend.remove_leftover_containers(client, session=session)
         except UserError:
-            pass  # no engine here: no container either
+            client = None  # no engine here: no container either
+        deadline = time.monotonic() + CLEANUP_TIMEOUT_S / 2
+        while client is not None:
+            try:
+                removed += docker_backend.remove_leftover_containers(client, session=session)
+            except docker.errors.APIError:
+                pass  # a removal the cancelled task started is still under way (409): wait for it
+            if not client.containers.list(all=True, filters={"label": label}) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     shutil.rmtree(node_scratch(session), ignore_errors=True)
     return removed
