@@ -53,7 +53,8 @@ def test_each_row_says_which_node_and_gpu_model_produced_it(tmp_path):
     ])
     markdown, html = (path.read_text() for path in render(tmp_path))
     details = details_section(markdown)
-    pytorch, jax = details.split("**pytorch · cuda12**")[1].split("**jax · cuda12**")[0], details.split("**jax · cuda12**")[1]
+    pytorch = details.split("**pytorch · cuda12**")[1].split("**jax · cuda12**")[0]
+    jax = details.split("**jax · cuda12**")[1]
     assert f"node: gpu-1 (10.0.0.11, node {NODE_A[:8]})" in pytorch and "tries: 1" in pytorch
     assert f"node: gpu-2 (10.0.0.12, node {NODE_B[:8]})" in jax and "tries: 2" in jax
     assert "accelerator type: H100" in pytorch

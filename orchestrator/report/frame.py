@@ -2,9 +2,10 @@
 
 ``to_frame`` flattens every result into one row of figures; the report also needs, per result,
 how the cell was run (its init and non-default options: part of the row's name), the device's
-model (for like-for-like groups), the cluster node that ran it, the raw per-step times and trace counts (the slow-step check)
-and the recorded fast paths and provenance a reviewer reads (the details section). They are added
-here, from the same results in the same order, so that results.py stays the host's one reader.
+model (for like-for-like groups), the cluster node that ran it, the raw per-step times and trace
+counts (the slow-step check) and the recorded fast paths and provenance a reviewer reads (the
+details section). They are added here, from the same results in the same order, so that
+results.py stays the host's one reader.
 """
 from __future__ import annotations
 
