@@ -117,7 +117,10 @@ def main() -> int:
     backend = node_backend(args.node_backend)
     print("\nwarm-up: one cell through the direct backend (builds the image or environment on first use; "
           "not measured)")
-    run_matrix(backend, ["--backend", backend], args, workloads=args.workloads.split(",")[0], repeat=1)
+    warm_up = run_matrix(backend, ["--backend", backend], args, workloads=args.workloads.split(",")[0], repeat=1)
+    if not warm_up.cells:
+        print(f"\nthe warm-up cell did not run (run-matrix exit {warm_up.exit_code}); see its output above")
+        return 1
 
     direct = run_matrix(backend, ["--backend", backend], args, workloads=args.workloads, repeat=args.repeat)
     ray_module, address, ray_start_s = None, args.ray_address, None
