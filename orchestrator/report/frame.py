@@ -2,9 +2,10 @@
 
 ``to_frame`` flattens every result into one row of figures; the report also needs, per result,
 how the cell was run (its init and non-default options: part of the row's name), the device's
-model (for like-for-like groups), the raw per-step times and trace counts (the slow-step check)
-and the recorded fast paths and provenance a reviewer reads (the details section). They are added
-here, from the same results in the same order, so that results.py stays the host's one reader.
+model (for like-for-like groups), the cluster node that ran it, the raw per-step times and trace
+counts (the slow-step check) and the recorded fast paths and provenance a reviewer reads (the
+details section). They are added here, from the same results in the same order, so that
+results.py stays the host's one reader.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ TRAINING_EXTRAS = ("optimizer",)
 OPTION_PREFIX = "option."
 NOT_SHOWN_EXTRAS = {"matched", "init"}
 NOT_RECORDED = "not recorded"
+NODE_ID_SHOWN = 8  # hex digits of a cluster node's id shown in the report (Ray's are 56)
 
 
 def report_frame(results: list[Result]) -> pd.DataFrame:
@@ -35,6 +37,7 @@ def report_frame(results: list[Result]) -> pd.DataFrame:
     frame["init"] = [init_of(result) for result in results]
     frame["options"] = [framework_options.label(result.cell.options or {}) for result in results]
     frame["gpu_model"] = [(result.provenance.gpu or {}).get("name") or None for result in results]
+    frame["cluster_node"] = [cluster_node(result) for result in results]
     frame["step_times"] = [list(result.samples.batch_times_s or []) for result in results]
     frame["epoch_steps"] = [list(result.samples.epoch_steps or []) for result in results]
     frame["traces"] = [dict(result.samples.traces or {}) for result in results]
@@ -73,6 +76,14 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
     init = init_of(result)
     shown["init"] = (f"{init} (each framework's own initialisers: accuracy not from the same start)"
                      if init == FRAMEWORK_INIT else init)
+    node = cluster_node(result)
+    if node:
+        shown["node"] = node
+        cluster = provenance.cluster or {}
+        if cluster.get("accelerator_type"):
+            shown["accelerator type"] = str(cluster["accelerator_type"])
+        if cluster.get("tries") not in (None, ""):
+            shown["tries"] = str(cluster["tries"])
     if provenance.cpu_affinity is not None:
         shown["CPU affinity"] = f"{provenance.cpu_affinity} CPUs"
     if provenance.cpu_affinity is not None or provenance.cpu_quota is not None:
@@ -101,6 +112,22 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
     if others:
         shown["other extras"] = "; ".join(others)
     return shown
+
+
+def cluster_node(result: Result) -> str | None:
+    """Which cluster node ran the cell (provenance.cluster, filled in by a cluster backend such as
+    Ray's): "hostname (address, node 1a2b3c4d)", the node id shortened; None for a cell run on this
+    host. The node's own hostname, not the cell's (a container's hostname is its id)."""
+    cluster = result.provenance.cluster or {}
+    if not cluster:
+        return None
+    name = str(cluster.get("hostname") or cluster.get("node_address") or "")
+    address = str(cluster.get("node_address") or "")
+    node_id = str(cluster.get("node_id") or "")[:NODE_ID_SHOWN]
+    where = [part for part in (address if address != name else "", f"node {node_id}" if node_id else "") if part]
+    if not name:
+        return ", ".join(where) or None
+    return f"{name} ({', '.join(where)})" if where else name
 
 
 def _trains(workload: str) -> bool:

@@ -31,9 +31,12 @@ def run_metadata(frame: pd.DataFrame) -> list[tuple[str, str]]:
     gpu_text = ", ".join(dict.fromkeys(
         f"{name} (driver {driver})" if isinstance(driver, str) and driver else str(name)
         for name, driver in zip(gpus["gpu_name"], gpus["gpu_driver"]))) or "none seen"
+    nodes = [("Cluster nodes", _distinct_values(frame, "cluster_node"))] \
+        if "cluster_node" in frame and frame["cluster_node"].notna().any() else []
     return [
         ("Git revision", _distinct_values(frame, "git_revision")),
         ("Hosts", _distinct_values(frame, "hostname")),
+        *nodes,
         ("GPUs", gpu_text),
         ("CPU model", _distinct_values(frame, "cpu_model")),
         ("Backend", _distinct_values(frame, "backend")),
