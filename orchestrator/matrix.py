@@ -26,7 +26,7 @@ DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 
 _TOP_KEYS = ("defaults", "frameworks")
 _DEFAULT_KEYS = ("profile", "data", "repeat", "init", "workloads", "precisions")
-_FRAMEWORK_KEYS = ("variants", "workloads", "precisions", "options")
+_FRAMEWORK_KEYS = ("variants", "workloads", "precisions", "options", "accelerator_types")
 
 # A huge repeat would build millions of cells in memory before the first one runs; a hundred
 # repeats of one cell is already more than any comparison here needs.
@@ -62,6 +62,9 @@ class FrameworkEntry:
     # option name -> the values to run (a list expands into one cell per value); checked against
     # workloads/common/options.py. Empty: the framework's defaults.
     options: dict[str, list[str]] = field(default_factory=dict)
+    # CUDA variant -> the GPU model its cells must run on (the Ray backend's placement, as
+    # --accelerator-type for the whole run), e.g. {"cu112": "A100"} for MXNet's CUDA 11.2 build
+    accelerator_types: dict[str, str] = field(default_factory=dict)
 
     def option_sets(self) -> list[dict[str, str]]:
         """Every combination of the listed option values, each checked and with defaults dropped
@@ -111,6 +114,11 @@ class Matrix:
                                                   precision=precision, profile=self.profile, data=self.data,
                                                   repeat=repeat, init=self.init, options=dict(chosen)))
         return cells
+
+    def accelerator_types(self) -> dict[tuple[str, str], str]:
+        """(framework, CUDA variant) -> the GPU model its cells must run on, from matrix.toml."""
+        return {(entry.name, variant): model for entry in self.frameworks
+                for variant, model in entry.accelerator_types.items()}
 
     def not_applicable(self, frameworks: dict[str, Framework]) -> list[dict]:
         """The (framework, workload) pairs asked for that a framework does not implement, with the
@@ -233,8 +241,25 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
             entry.precisions = check_names(table["precisions"], PRECISIONS, "precisions", where)
         if "options" in table:
             entry.options = _check_options(table["options"], name, where)
+        if "accelerator_types" in table:
+            entry.accelerator_types = _check_accelerator_types(table["accelerator_types"], framework, where)
         matrix.frameworks.append(entry)
     return matrix
+
+
+def _check_accelerator_types(value, framework: Framework, where: str) -> dict[str, str]:
+    """accelerator_types = { cu112 = "A100" }: a GPU model (a node's accelerator-type label) per CUDA variant."""
+    cuda = [name for name, variant in framework.variants.items() if variant.device == "cuda"]
+    example = f'{{ {cuda[0] if cuda else "cu130"} = "H100" }}'
+    table = _expect(value, dict, f"a table of CUDA variant = GPU model, e.g. {example}", where, "accelerator_types")
+    for variant, model in table.items():
+        if variant not in cuda:
+            raise UserError(f"{where}: accelerator_types names {variant!r}, not a CUDA variant of {framework.name}; "
+                            f"choose from {', '.join(cuda) or 'none (it has no CUDA variant)'}")
+        _expect(model, str, 'a GPU model name, e.g. "H100"', where, f"accelerator_types.{variant}")
+        if not model.strip():
+            raise UserError(f"{where}: accelerator_types.{variant} is empty; name a GPU model, e.g. \"H100\"")
+    return dict(table)
 
 
 def load(path: Path | None, frameworks: dict[str, Framework]) -> Matrix:

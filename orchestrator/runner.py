@@ -48,23 +48,26 @@ class RunSummary:
 
 def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
               data_dir: Path, resume: bool = False, force: bool = False, timeout: float | None = None,
-              console: Console | None = None, metadata: dict | None = None, parity: bool = False) -> RunSummary:
+              console: Console | None = None, metadata: dict | None = None, parity: bool = False,
+              accelerator_types: dict[tuple[str, str], str] | None = None) -> RunSummary:
     """Run `cells` into `results_dir`, holding its lock throughout (orchestrator/run_folder.py):
-    refused when the folder is unusable, or holds results and neither `resume` nor `force` is set."""
+    refused when the folder is unusable, or holds results and neither `resume` nor `force` is set.
+    `accelerator_types`: (framework, variant) -> the GPU model a cluster backend must place it on."""
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
     results_dir = Path(results_dir)
     with run_folder.claim(results_dir, resume=resume, force=force):
         run_folder.clear_work(results_dir)  # an interrupted or killed run's scratch folders
         try:
             return _run_locked(cells, backend, frameworks, results_dir=results_dir, data_dir=data_dir,
-                               resume=resume, timeout=timeout, console=console, metadata=metadata, parity=parity)
+                               resume=resume, timeout=timeout, console=console, metadata=metadata, parity=parity,
+                               accelerator_types=accelerator_types or {})
         finally:
             run_folder.clear_work(results_dir)
 
 
 def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
                 data_dir: Path, resume: bool, timeout: float | None, console: Console, metadata: dict | None,
-                parity: bool) -> RunSummary:
+                parity: bool, accelerator_types: dict[tuple[str, str], str]) -> RunSummary:
     summary = RunSummary(results_dir)
     revision = host.git_revision()
     pending = []
@@ -123,7 +126,8 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                                          data_dir=Path(data_dir).resolve(),
                                          timeout=timeout, git_revision=revision,
                                          parity=f"parity/{cell.workload}" if parity else None,
-                                         onnx_model=models.folder(cell)))
+                                         onnx_model=models.folder(cell),
+                                         accelerator_type=accelerator_types.get((cell.framework, cell.variant))))
             dispatch.prepare([step for step in steps if isinstance(step, CellJob)], datasets)
             for step in steps:  # in the run order; a serial backend runs each job as it is gathered
                 if isinstance(step, Result):

@@ -193,3 +193,14 @@ def test_cells_are_shuffled_within_each_repeat_in_a_seeded_order():
     firsts = [[c.framework for c in ordered[r * per_repeat:(r + 1) * per_repeat]] for r in range(3)]
     assert firsts[0] != firsts[1] or firsts[1] != firsts[2]  # not the same order every repeat
     assert [c.key for c in ordered[:per_repeat]] != [c.key for c in cells[:per_repeat]]  # not the matrix order
+
+
+def test_accelerator_types_name_a_gpu_model_per_cuda_variant():
+    """matrix.toml: a CUDA variant's cells can require a GPU model (the Ray backend places them)."""
+    parsed = matrix.parse('[frameworks.mxnet]\nvariants = ["cpu", "cu112"]\naccelerator_types = { cu112 = "A100" }\n',
+                          REGISTRY)
+    assert parsed.accelerator_types() == {("mxnet", "cu112"): "A100"}
+    with pytest.raises(UserError, match=r"accelerator_types names 'cpu', not a CUDA variant of mxnet; choose from cu112"):
+        matrix.parse('[frameworks.mxnet]\naccelerator_types = { cpu = "A100" }\n', REGISTRY)
+    with pytest.raises(UserError, match=r"accelerator_types.cu112 must be a GPU model name"):
+        matrix.parse('[frameworks.mxnet]\naccelerator_types = { cu112 = 3 }\n', REGISTRY)

@@ -188,12 +188,12 @@ def options(cluster, **changes) -> registry.BackendOptions:
                                    python=cluster.python, **changes)
 
 
-def run(cluster, tmp_path, cells, *, backend_options=None, resume=False):
+def run(cluster, tmp_path, cells, *, backend_options=None, resume=False, accelerator_types=None):
     from orchestrator.runner import run_cells
 
     engine = registry.start(backend_options or options(cluster), REGISTRY, log=lambda line: None)
     return run_cells(cells, engine, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                     resume=resume)
+                     resume=resume, accelerator_types=accelerator_types)
 
 
 def cells(workloads=("cnn", "gru"), variant="cpu", repeats=1) -> list[Cell]:
@@ -242,6 +242,16 @@ def test_cells_no_node_can_take_are_named_before_anything_starts(cluster, tmp_pa
         run(cluster, tmp_path, cells(("cnn",), variant="cu128") + cells(("gru",)),
             backend_options=options(cluster, accelerator_type="H100"))
     assert written(tmp_path) == {}
+
+
+def test_a_variants_gpu_model_from_the_matrix_places_its_cells(cluster, tmp_path):
+    """matrix.toml's accelerator_types = { cu128 = "..." }: that variant's cells only on that GPU model."""
+    with pytest.raises(UserError, match=r"no node with a GPU of type H100 for 1 cell\(s\) \(pytorch__cu128__cnn"):
+        run(cluster, tmp_path / "elsewhere", cells(("cnn",), variant="cu128"),
+            accelerator_types={("pytorch", "cu128"): "H100"})
+    summary = run(cluster, tmp_path, cells(("cnn",), variant="cu128"), accelerator_types={("pytorch", "cu128"): LABEL})
+    assert [result.status for result in summary.results] == ["ok"], [r.reason for r in summary.results]
+    assert summary.results[0].provenance.cluster["node_id"] == cluster.gpu_id
 
 
 def test_bad_input_is_one_line(cluster, monkeypatch):

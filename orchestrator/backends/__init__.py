@@ -57,6 +57,7 @@ class CellJob:
     parity: str | None = None  # parity check: the canonical files' folder, relative to data_dir
     export_dir: Path | None = None  # with parity: export the model to ONNX into this writable host folder
     onnx_model: str | None = None  # the exported ONNX model an inference engine runs, relative to data_dir
+    accelerator_type: str | None = None  # ray: the GPU model this CUDA cell must run on (matrix.toml), else --accelerator-type
 
 
 class Backend(Protocol):

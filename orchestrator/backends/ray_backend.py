@@ -236,12 +236,16 @@ class RayDispatch:
     def _eligible(self, job: CellJob) -> list[_Node]:
         nodes = [node for node in self.nodes.values() if node.node_id in self._alive]
         if job.device == "cuda":
-            wanted = self.options.accelerator_type
+            wanted = self._wanted(job)
             nodes = [node for node in nodes if node.gpus >= 1 and (not wanted or node.accelerator == wanted)]
         return nodes
 
+    def _wanted(self, job: CellJob) -> str | None:
+        """The GPU model a CUDA cell must run on: its variant's in matrix.toml, else --accelerator-type."""
+        return job.accelerator_type or self.options.accelerator_type
+
     def _why_not(self, job: CellJob) -> str:
-        wanted = self.options.accelerator_type
+        wanted = self._wanted(job)
         if job.device == "cuda":
             return f"no node with a GPU{f' of type {wanted}' if wanted else ''}"
         return "no node"

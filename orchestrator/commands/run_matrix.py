@@ -110,6 +110,7 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
                   f"{matrix.init} init, order seed {seed}) -> {results_dir}")
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, force=force, timeout=timeout, console=console,
+                               accelerator_types=matrix.accelerator_types(),
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
                                          "repeat": matrix.repeats, "init": matrix.init, "seed": seed,
                                          "options": {entry.name: entry.options for entry in matrix.frameworks
