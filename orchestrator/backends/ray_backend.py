@@ -154,7 +154,15 @@ class RayBackend:
         self.session = uuid.uuid4().hex[:12]
 
     def unsupported_reason(self, cell: Cell, variant) -> str | None:
-        return None  # the node decides (its GPU, its Python); placement is checked before the run
+        """An inference engine's cells (ONNX Runtime: PyTorch's model exported on this host) cannot run
+        on a node yet: the export is not shipped to nodes. Anything else the node decides (its GPU, its
+        Python); placement is checked before the run."""
+        from orchestrator import onnx_export
+
+        if onnx_export.needs_export(self.frameworks[cell.framework]):
+            return ("the Ray backend does not ship an exported ONNX model to its nodes yet: run this engine's "
+                    "cells with --backend docker or local")
+        return None
 
     def run_cell(self, job: CellJob) -> Result:
         """One cell outside the matrix (an ONNX export): it writes into a folder of this host, which
