@@ -19,7 +19,7 @@ from orchestrator import frameworks, images, matrix, onnx_export
 from orchestrator.backends import CellJob, cell_request
 from orchestrator.report import render
 from orchestrator.results import cell_path
-from workloads.common import canonical
+from workloads.common import canonical, hyperparams
 from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result
 
@@ -222,7 +222,8 @@ def test_export_then_smoke_cell_then_parity_in_the_real_environments(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     [result] = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
     assert result.status == "ok" and result.cell.workload == "resnet50", (result.reason, result.stderr_tail)
-    assert result.metrics.parameter_count == 23_508_032 and len(result.samples.batch_times_s) == 2
+    smoke = hyperparams.settings("resnet50", "smoke")
+    assert result.metrics.parameter_count == 23_508_032 and len(result.samples.batch_times_s) == smoke.batches
     assert result.phases["model_build"] > 0 and result.phases["warmup"] > 0 and result.metrics.images_per_s > 0
     [folder] = [p for p in (data / "onnx").iterdir()]
     record = json.loads((folder / "export.json").read_text())
