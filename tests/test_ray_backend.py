@@ -159,6 +159,7 @@ def fake_interpreter(folder: Path) -> str:
         result = Result(cell=cell)
         result.provenance.hostname = socket.gethostname()
         result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
+                                          "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "-"),
                                           "BEGAN": repr(began), "ENDED": repr(time.time())}}
         result.write(request.out)
     """))
@@ -226,6 +227,8 @@ def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_p
             assert where["gpus"] == "0" and document["provenance"]["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
         assert (tmp_path / "run" / "logs" / f"{key}.log").read_text().strip() == f"cell {key} ran"
         assert isinstance(document["wall_time_s"], float)
+        # the driver's thread settings, not Ray's OMP_NUM_THREADS=1 for a task that asks for no CPU
+        assert document["provenance"]["environment"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "-")
     assert {document["provenance"]["cluster"]["node_id"] for document in results.values()} == nodes
     for node in nodes:  # --cpu-cells-per-node 1 (the default): a node's CPU cells never overlap
         spans = sorted((float(d["provenance"]["environment"]["BEGAN"]), float(d["provenance"]["environment"]["ENDED"]))

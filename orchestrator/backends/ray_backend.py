@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 
 from rich.markup import escape
 
-from orchestrator.backends import CellJob
+from orchestrator.backends import SPEED_VARIABLES, CellJob, inherited_speed_variables
 from orchestrator.errors import UserError
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
@@ -327,7 +327,7 @@ class RayDispatch:
             ref = _cell_task().options(
                 num_cpus=0, num_gpus=1 if cuda else 0, max_retries=0, name=f"rosetta:{job.cell.key}",
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            ).remote(job, self.options, self.backend.session, needed)
+            ).remote(job, self.options, self.backend.session, needed, inherited_speed_variables())
         except Exception as error:
             raise self._lost(error) from None
         node.running += 1
@@ -538,9 +538,18 @@ def install_dataset(remote, content_ref, data_dir: Path, get: Callable) -> None:
     checksum.write_stamp(remote, target)
 
 
-def run_on_node(job: CellJob, options, session: str, datasets: dict) -> dict:
-    """The Ray task: run one cell with this node's backend; the Result, the log, where it ran."""
+def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_variables: dict | None = None) -> dict:
+    """The Ray task: run one cell with this node's backend; the Result, the log, where it ran.
+
+    ``speed_variables``: the thread and math-library variables the driver's host sets
+    (backends.SPEED_VARIABLES). Ray sets OMP_NUM_THREADS=1 in a task that asks for no CPU, which
+    the node backend would hand on: the cell would run single-threaded. The cell gets exactly the
+    driver's, as it would on one host."""
     import ray
+
+    for name in SPEED_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ.update(speed_variables or {})
     from orchestrator import frameworks as framework_registry
     from orchestrator.backends import registry
     from workloads.common import data
