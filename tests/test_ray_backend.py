@@ -313,8 +313,13 @@ def test_a_node_killed_mid_cell_the_cell_completes_on_another_and_nothing_finish
         assert slow["accelerator_type"] == LABEL
     finally:
         marker.unlink(missing_ok=True)
-        for pid in [pid for node, pid in cluster.raylet_pids().items() if node == doomed]:
-            os.kill(pid, signal.SIGKILL)
+        # the later tests want the head and one GPU worker: whichever GPU node survived is it
+        workers = {node: pid for node, pid in cluster.raylet_pids().items() if node != cluster.head_id}
+        survivor = cluster.gpu_id if cluster.gpu_id in workers else doomed
+        for node, pid in workers.items():
+            if node != survivor:
+                os.kill(pid, signal.SIGKILL)
+        cluster.gpu_id = survivor
 
 
 def _ancestor(ancestor: int, pid: int) -> bool:

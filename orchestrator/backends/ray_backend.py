@@ -207,6 +207,9 @@ class RayDispatch:
         self.ready: list[tuple[CellJob, Result]] = []
         self.data: dict = {}  # dataset name -> (RemoteFile, ObjectRef of its verified bytes)
         self.nodes: dict[str, _Node] = {}
+        # cell key -> the nodes it was lost on: a retry goes elsewhere while another node can take it
+        # (Ray may still list a killed node as alive for a few seconds)
+        self.lost_on: dict[str, set[str]] = {}
         self._nodes_read = 0.0
         self.done = self.failed = 0
         self._refresh_nodes(force=True)
@@ -313,7 +316,10 @@ class RayDispatch:
     def _free_node(self, job: CellJob) -> _Node | None:
         cuda = job.device == "cuda"
         limit = self.options.cpu_cells_per_node
-        free = [node for node in self._eligible(job)
+        eligible = self._eligible(job)
+        avoided = self.lost_on.get(job.cell.key, set())
+        eligible = [node for node in eligible if node.node_id not in avoided] or eligible
+        free = [node for node in eligible
                 if (node.gpu_running < node.gpus if cuda else node.running - node.gpu_running < limit)]
         return min(free, key=lambda node: node.running) if free else None
 
@@ -381,6 +387,7 @@ class RayDispatch:
                 ray.exceptions.TaskUnschedulableError, ray.exceptions.LocalRayletDiedError,
                 ray.exceptions.RaySystemError) as error:
             tries = [*flight.tries, f"lost on node {flight.node.short}: {type(error).__name__}"]
+            self.lost_on.setdefault(job.cell.key, set()).add(flight.node.node_id)
             self._refresh_nodes(force=True)
             if len(tries) <= self.options.max_retries:
                 self.backend.log(f"[yellow]{escape(job.cell.key)}: lost on {flight.node.short} "
