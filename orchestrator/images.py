@@ -242,9 +242,18 @@ def ensure_base_image(client, name: str) -> None:
 
 def ensure_image(client, framework: Framework, variant: Variant, options: BuildOptions, *, pull: bool = False,
                  log: Log = print) -> str:
-    """The image for a cell: already here, pulled (with --pull), or built."""
+    """The image for a cell, as a reference the engine knows: already here, pulled (with --pull:
+    by images.lock's digest where the lock has an entry, else by tag with a warning), or built."""
     import docker
 
+    if pull:
+        from orchestrator import image_lock
+
+        entry = image_lock.read().get((framework.name, variant.name))
+        if entry is not None:
+            return image_lock.ensure_locked(client, entry, framework, variant, options.registry, log=log)
+        log(f"warning: {framework.name}/{variant.name} has no entry in images.lock: pulled by tag, not pinned "
+            f"(a maintainer pins it with `python -m orchestrator publish {framework.name} --variant {variant.name}`)")
     tag = image_tag(framework, variant, options.registry)
     try:
         existing = client.images.get(tag)
@@ -307,6 +316,37 @@ def pull_image(client, reference: str, *, log: Log = print):
                         "(python -m orchestrator build ... then push --registry ...)") from None
     except docker.errors.APIError as error:
         raise UserError(f"pulling {reference} failed: {_explain(error)}; {_registry_hint(reference)}") from error
+
+
+def publish(client, framework: Framework, variant: Variant, options: BuildOptions, registry: str, *,
+            log: Log = print) -> dict:
+    """Build (the same context as `build`), push to `registry`, and return what the lock records,
+    read back from the registry: the digest it answers for the pushed manifest and its platform,
+    with the labels the image carries (what it was built from)."""
+    from dataclasses import replace
+
+    image = build(client, framework, variant, replace(options, registry=None), log=log)
+    target = image_tag(framework, variant, registry)
+    digest = push_image(client, image_tag(framework, variant), target, log=log)
+    repository = image_repository(framework.name, registry)
+    try:
+        answer = client.images.get_registry_data(f"{repository}@{digest}")
+    except Exception as error:  # noqa: BLE001 - any failure to read it back means: not confirmed
+        raise UserError(f"{repository}@{digest}: pushed, but the registry does not answer for it "
+                        f"({_explain(error)}); {_registry_hint(target)}") from None
+    if answer.id != digest:
+        raise UserError(f"{target}: the registry answers {answer.id} for the digest {digest} the push returned; "
+                        "not recorded")
+    platforms = answer.attrs.get("Platforms") or [{"os": image.attrs.get("Os"),
+                                                   "architecture": image.attrs.get("Architecture")}]
+    platform = "/".join(part for part in (platforms[0].get("os"), platforms[0].get("architecture"),
+                                          platforms[0].get("variant")) if part)
+    labels = image.labels or {}
+    return {"repository": repository.rsplit("/", 1)[1], "tag": target.rsplit(":", 1)[1], "digest": digest,
+            "platform": platform, "source_revision": labels.get(REVISION_LABEL, ""),
+            "requirements_sha256": labels.get(f"{LABEL}.requirements-sha256", ""),
+            "sources_sha256": labels.get(SOURCES_LABEL, ""),
+            "framework_version": labels.get(f"{LABEL}.framework-version", "")}
 
 
 def image_digest(image) -> str | None:

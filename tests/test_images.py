@@ -1,5 +1,7 @@
 """Framework images: names, deterministic build contexts, and real build / push / pull / run."""
+import dataclasses
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -7,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import dockerfiles, frameworks, images
+from orchestrator import dockerfiles, frameworks, image_lock, images
 from orchestrator.__main__ import main
 from orchestrator.errors import UserError
 from workloads.common.result import Result
@@ -15,6 +17,7 @@ from workloads.common.result import Result
 from conftest import BASE_IMAGE
 
 ROOT = Path(__file__).resolve().parent.parent
+REQUIRE_DOCKER = os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1"
 REGISTRY = frameworks.discover()
 PYTORCH = REGISTRY["pytorch"]
 
@@ -123,8 +126,6 @@ def test_push_then_pull_by_digest(docker_client, pytorch_image, registry, capsys
     pulled = images.pull_image(docker_client, f"{repository}@{digest}", log=lambda line: None)
     assert pulled.id == pytorch_image.id
     assert f"{repository}@{digest}" in docker_client.images.get(pulled.id).attrs["RepoDigests"]
-    assert main(["pull", "pytorch", "--variant", "cu126", "--registry", registry]) == 2
-    assert "is not in the registry; build and push it first" in capsys.readouterr().err
 
 
 def test_registry_unreachable(docker_client, pytorch_image, capsys):
@@ -132,20 +133,95 @@ def test_registry_unreachable(docker_client, pytorch_image, capsys):
     assert "is the registry 127.0.0.1:9 running and reachable" in capsys.readouterr().err
 
 
+# --- publish -> images.lock -> pull by digest (a local registry stands in for ghcr.io) ------------
+
+@pytest.fixture(scope="module")
+def published(docker_client, pytorch_image, registry, tmp_path_factory):
+    """pytorch/cpu published to the test registry, pinned in a lock of the test's own: its path and entry."""
+    lock = tmp_path_factory.mktemp("lock") / "images.lock"
+    # --allow-dirty: a developer's checkout may hold uncommitted changes; the lock then says so
+    assert main(["publish", "pytorch", "--variant", "cpu", "--registry", registry, "--lock", str(lock),
+                 "--base-image", BASE_IMAGE, "--allow-dirty"]) == 0
+    return lock, image_lock.read(lock)[("pytorch", "cpu")]
+
+
+def test_publish_pins_what_the_registry_holds(published, pytorch_image, registry):
+    """skopeo, reading the registry itself, confirms the digest, the platform and the labels the lock records."""
+    import hashlib
+    import json
+    import shutil
+
+    _, entry = published
+    assert entry.registry == registry and entry.tag == "cpu-2.13.0" and entry.digest.startswith("sha256:")
+    assert entry.source_revision == pytorch_image.labels[images.REVISION_LABEL]
+    assert entry.sources_sha256 == images.sources_hash(PYTORCH, PYTORCH.variant("cpu"))
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        pytest.fail("skopeo is not installed (apt-get install skopeo)") if REQUIRE_DOCKER else \
+            pytest.skip("skopeo is not installed (apt-get install skopeo)")
+    where = f"docker://{entry.reference()}"
+    raw = subprocess.run([skopeo, "inspect", "--tls-verify=false", "--raw", where], capture_output=True, check=True)
+    assert "sha256:" + hashlib.sha256(raw.stdout).hexdigest() == entry.digest  # the manifest's bytes are the digest
+    inspected = json.loads(subprocess.run([skopeo, "inspect", "--tls-verify=false", where], capture_output=True,
+                                          check=True, text=True).stdout)
+    assert inspected["Digest"] == entry.digest and f"{inspected['Os']}/{inspected['Architecture']}" == entry.platform
+    for label, value in entry.label_checks().items():
+        assert inspected["Labels"][label] == value, label
+
+
+def test_pull_by_the_lock_brings_back_the_same_image(docker_client, published, pytorch_image, registry, capsys):
+    import docker
+
+    lock, entry = published
+    docker_client.images.remove(pytorch_image.id, force=True)  # every local name of it
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(pytorch_image.id)
+    try:
+        assert main(["pull", "pytorch", "--registry", registry, "--lock", str(lock)]) == 0
+        assert f"pulled {entry.reference()} (verified: pytorch/cpu" in capsys.readouterr().err
+        pulled = docker_client.images.get(entry.reference())
+        assert pulled.id == pytorch_image.id  # byte for byte the published image
+        assert f"{registry}/rosetta-pytorch:cpu-2.13.0" in pulled.tags
+    finally:  # the later tests use it under its local name
+        docker_client.images.get(pytorch_image.id).tag("rosetta-pytorch", "cpu-2.13.0")
+
+
+def test_a_tampered_digest_is_refused(docker_client, published, registry, tmp_path, capsys):
+    lock, entry = published
+    tampered = tmp_path / "images.lock"
+    # a digest the registry does not hold
+    image_lock.write({("pytorch", "cpu"): dataclasses.replace(entry, digest="sha256:" + "0" * 64)}, tampered)
+    assert main(["pull", "pytorch", "--registry", registry, "--lock", str(tampered)]) == 2
+    err = capsys.readouterr().err
+    assert "has no image with images.lock's digest for pytorch/cpu; refusing" in err and "Traceback" not in err
+    # the digest of another image that the registry does hold in the same repository
+    other = docker_client.images.get(BASE_IMAGE)
+    other.tag(f"{registry}/rosetta-pytorch", "not-pytorch")
+    other_digest = images.push_image(docker_client, f"{registry}/rosetta-pytorch:not-pytorch",
+                                     f"{registry}/rosetta-pytorch:not-pytorch", log=lambda line: None)
+    image_lock.write({("pytorch", "cpu"): dataclasses.replace(entry, digest=other_digest)}, tampered)
+    assert main(["pull", "pytorch", "--registry", registry, "--lock", str(tampered)]) == 2
+    err = capsys.readouterr().err
+    assert "the image does not match images.lock's pytorch/cpu entry" in err and "io.rosetta-bench.framework" in err
+    assert not [tag for tag in docker_client.images.get(BASE_IMAGE).tags if "rosetta-pytorch:cpu" in tag]
+    docker_client.images.remove(f"{registry}/rosetta-pytorch:not-pytorch")
+
+
 def cell_containers(client) -> set[str]:
     """Ids of the containers labelled as Rosetta Bench cells, whatever their state."""
     return {c.id for c in client.containers.list(all=True, filters={"label": "io.rosetta-bench.cell"})}
 
 
-def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_path):
-    """run-matrix --backend docker, pulling from the registry: ok cells with image digests, run as a
-    non-root user without network, and no container left behind."""
-    assert main(["push", "pytorch", "--registry", registry]) == 0
+def test_smoke_matrix_in_containers(docker_client, pytorch_image, published, registry, tmp_path):
+    """run-matrix --backend docker --pull: the image images.lock pins, by digest; ok cells recording
+    that digest, run as a non-root user without network, and no container left behind."""
+    lock, entry = published
     before = cell_containers(docker_client)  # an earlier, killed run's may be there: not ours
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "pytorch",
                "--profile", "smoke", "--data", "synthetic", "--registry", registry, "--pull",
                "--results-dir", str(tmp_path / "run"), "--timeout", "600"]
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                               env={**os.environ, image_lock.LOCK_VARIABLE: str(lock)})
     assert completed.returncode == 0, completed.stderr
     results = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
     ok = [r for r in results if r.status == "ok"]
@@ -153,7 +229,7 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, registry, tmp_
     for result in ok:
         provenance = result.provenance
         assert provenance.backend == "docker" and provenance.image_id == pytorch_image.id
-        assert provenance.image_digest and provenance.image_digest.startswith(f"{registry}/rosetta-pytorch@sha256:")
+        assert provenance.image_digest == entry.reference()  # the pinned image, and no other
         assert provenance.user_id == 10001 and provenance.network_interfaces == ["lo"]
     assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
     assert cell_containers(docker_client) - before == set()
@@ -328,7 +404,8 @@ class _FakeImages:
     ("other", True, []),  # pulled: kept, with a warning naming the rebuild
     (None, False, ["build"]),  # not there: built
 ])
-def test_an_image_built_from_other_workload_sources_is_rebuilt(monkeypatch, built_from, pull, expected):
+def test_an_image_built_from_other_workload_sources_is_rebuilt(monkeypatch, tmp_path, built_from, pull, expected):
+    monkeypatch.setenv(image_lock.LOCK_VARIABLE, str(tmp_path / "empty.lock"))  # pinned: test_image_lock.py, publish tests above
     framework = frameworks.discover()["pytorch"]
     variant = framework.variant("cpu")
     labels = None if built_from is None else {
@@ -339,6 +416,8 @@ def test_an_image_built_from_other_workload_sources_is_rebuilt(monkeypatch, buil
     monkeypatch.setattr(images, "pull_image", lambda *args, **kwargs: calls.append("pull"))
     tag = images.ensure_image(client, framework, variant, images.BuildOptions(), pull=pull, log=messages.append)
     assert tag == images.image_tag(framework, variant) and calls == expected
+    if pull:  # the lock pins nothing: pulled by tag, said so
+        assert "has no entry in images.lock: pulled by tag, not pinned" in messages.pop(0)
     if built_from == "other":
         assert len(messages) == 1 and "other workload sources" in messages[0]
 

@@ -309,7 +309,9 @@ class DockerBackend:
         result.provenance.image_sources_sha256 = labels.get(SOURCES_LABEL) or None
         digests = image.attrs.get("RepoDigests") or []
         # prefer the digest from the registry the image was asked for (it may sit in several)
-        repository = reference.rsplit(":", 1)[0] if reference and "@" not in reference else None
+        # a reference is repository:tag, or repository@digest (pulled by images.lock)
+        repository = (reference.split("@", 1)[0] if "@" in reference else reference.rsplit(":", 1)[0]) \
+            if reference else None
         matching = [d for d in digests if repository and d.split("@")[0] == repository]
         result.provenance.image_digest = (matching or digests or [None])[0]
 

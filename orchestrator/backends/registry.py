@@ -98,18 +98,20 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
 
     client = docker_backend.connect()
     failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
-    ready: set[str] = set()  # checked (sources digest) or built once in this run: not again per cell
+    # tag -> the reference to run (the tag, or repository@digest when pulled by images.lock): checked
+    # (sources digest, lock entry) or built once in this run, not again per cell
+    ready: dict[str, str] = {}
 
     def image_for(cell) -> str:
         framework = frameworks[cell.framework]
         variant = framework.variant(cell.variant)
         tag = images.image_tag(framework, variant, options.build.registry)
         if tag in ready:
-            return tag
+            return ready[tag]
         if tag not in failures:
             try:
-                ready.add(images.ensure_image(client, framework, variant, options.build, pull=options.pull, log=log))
-                return tag
+                ready[tag] = images.ensure_image(client, framework, variant, options.build, pull=options.pull, log=log)
+                return ready[tag]
             except UserError as error:
                 failures[tag] = error
                 log(f"[red]error:[/red] {escape(str(error))}")

@@ -120,14 +120,27 @@ def selected_variants(names: list[str] | None, variants: list[str] | None) -> li
 
 
 def add_registry_target(parser: argparse.ArgumentParser) -> None:
-    """push and pull: the registry is what the command is about, so it is required."""
+    """push: the registry is what the command is about, so it is required."""
     parser.add_argument("--registry", required=True, help="e.g. 127.0.0.1:5000 or ghcr.io/you")
+
+
+def add_lock_registry(parser: argparse.ArgumentParser, *, verb: str) -> None:
+    """pull and publish: the registry (default: the project's, image_lock.DEFAULT_REGISTRY) and the lock file."""
+    from orchestrator import image_lock
+
+    parser.add_argument("--registry", help=f"the registry to {verb} (default: ${image_lock.REGISTRY_VARIABLE}, else "
+                        f"{image_lock.DEFAULT_REGISTRY})")
+    parser.add_argument("--lock", type=Path, help=f"the lock file (default: ${image_lock.LOCK_VARIABLE}, else this "
+                        "checkout's images.lock)")
 
 
 # --- how images are built: build, and the Docker backend of run-matrix and parity ---------------
 
-def add_build_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--registry", help="image name prefix, e.g. 127.0.0.1:5000 (default: local names)")
+def add_build_options(parser: argparse.ArgumentParser, *, registry: bool = True) -> None:
+    """`registry`: whether --registry is the image name prefix here (publish has its own --registry)."""
+    if registry:
+        parser.add_argument("--registry", help="image name prefix, e.g. 127.0.0.1:5000 (default: local names; "
+                            "with --pull: $ROSETTA_REGISTRY, else the project's registry)")
     parser.add_argument("--base-image", help="override the variant's base image (e.g. one made by "
                         "images/base/make-local-base.sh)")
     parser.add_argument("--ca-bundle", type=Path, help="CA bundle for pip inside builds (default: $PIP_CERT, "
@@ -136,7 +149,12 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_options(args: argparse.Namespace) -> images.BuildOptions:
-    return images.BuildOptions.from_environment(registry=args.registry, base_image=args.base_image,
+    registry_name = getattr(args, "registry", None)
+    if getattr(args, "pull", False):  # pulled images come from the project's registry unless told otherwise
+        from orchestrator import image_lock
+
+        registry_name = image_lock.registry(registry_name)
+    return images.BuildOptions.from_environment(registry=registry_name, base_image=args.base_image,
                                                 ca_bundle=args.ca_bundle, wheelhouse=args.wheelhouse)
 
 

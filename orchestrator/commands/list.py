@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator import frameworks as framework_registry
+from orchestrator import frameworks as framework_registry, images
 from workloads.common import options as framework_options
 
 HELP = "frameworks, variants, workloads and options"
@@ -14,12 +15,23 @@ ORDER = 80
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options."""
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="json: one object per image (framework, variant, device, tag), e.g. for a CI matrix")
 
 
 def main(args: argparse.Namespace) -> int:
-    Console().print(list_frameworks())
+    if args.format == "json":
+        print(json.dumps(list_images()))
+    else:
+        Console().print(list_frameworks())
     return 0
+
+
+def list_images() -> list[dict]:
+    """Every framework variant's image: what the release workflow's matrix runs over."""
+    return [{"framework": name, "variant": variant.name, "device": variant.device,
+             "tag": images.image_tag(framework, variant)}
+            for name, framework in framework_registry.discover().items() for variant in framework.variants.values()]
 
 
 def list_frameworks() -> Table:
