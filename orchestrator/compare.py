@@ -48,6 +48,8 @@ DEFAULT_FACTOR = 1.1
 ALPHA = 0.05  # one-sided: the probability of calling noise a slowdown
 MANN_WHITNEY_MIN = 5  # ok repeats on each side
 WELCH_MIN = 3
+# A hair of float rounding is no loss of accuracy: 0.77 - 0.74 is 0.030000000000000027, not above 0.03.
+ACCURACY_ROUNDING = 1e-9
 MANN_WHITNEY, WELCH, FACTOR_ONLY = "Mann-Whitney U", "Welch's t-test", "factor only"
 
 # A row's verdict on its headline figure (and on its accuracy, which has only WORSE and SAME).
@@ -215,11 +217,6 @@ def significance(base: list[float], new: list[float], higher_is_better: bool) ->
     return method, float(p_value)
 
 
-def better_significance(base: list[float], new: list[float], higher_is_better: bool) -> float:
-    """The one-sided p-value that NEW is better (the same test, the other way round)."""
-    return significance(base, new, not higher_is_better)[1]
-
-
 def _compare_row(identity: dict[str, str], base: Side, new: Side, workload: declaration.Workload,
                  factor: float) -> Row:
     metric = workload.headline_metric
@@ -241,15 +238,15 @@ def _compare_row(identity: dict[str, str], base: Side, new: Side, workload: decl
     if row.worse_by > factor:
         row.verdict = WORSE if not tested or row.p_value < ALPHA else NOT_SIGNIFICANT
     elif row.worse_by < 1 / factor:
-        if tested:  # the test of "better", for this row's p-value column
-            row.p_value = better_significance(base.values, new.values, higher)
+        if tested:  # the same test the other way round: p of "NEW is better", for this row's p column
+            row.p_value = significance(base.values, new.values, not higher)[1]
         row.verdict = BETTER if not tested or row.p_value < ALPHA else NOT_SIGNIFICANT
     else:
         row.verdict = SAME
     if row.accuracy_tolerance is not None and base.accuracy is not None and new.accuracy is not None:
         row.accuracy_change = new.accuracy - base.accuracy
-        # a hair of float rounding is no loss of accuracy: 0.77 - 0.74 is 0.030000000000000027
-        row.accuracy_verdict = WORSE if -row.accuracy_change > row.accuracy_tolerance + 1e-12 else SAME
+        loss = -row.accuracy_change
+        row.accuracy_verdict = WORSE if loss > row.accuracy_tolerance + ACCURACY_ROUNDING else SAME
     return row
 
 
@@ -319,7 +316,7 @@ def table_rows(comparison: Comparison) -> list[dict]:
         change = "-"
         if not missing(row.accuracy_change):
             change = f"{row.accuracy_change * 100:+.1f} points" + (
-                f" (worse than ±{row.accuracy_tolerance * 100:g})" if row.accuracy_verdict == WORSE else "")
+                f" (more than the {row.accuracy_tolerance * 100:g} allowed)" if row.accuracy_verdict == WORSE else "")
         verdict = row.verdict + (" · accuracy worse" if row.accuracy_verdict == WORSE else "")
         rows.append({
             "worse": row.counts_as_worse,
@@ -354,7 +351,8 @@ def rules(factor: float) -> list[str]:
         f"{WELCH} where both have at least {WELCH_MIN} (with 3 against 3, {MANN_WHITNEY}'s smallest p-value is "
         f"0.05); the factor alone otherwise, or where neither run's repeats spread at all.",
         "Worse by: how many times worse NEW's median is than BASE's, whichever way the figure is better "
-        "(1.25x: a quarter slower; below 1: faster).",
+        "(1.25x: a quarter slower; below 1: faster). p: the one-sided p-value of the change in its direction "
+        "(worse, or better for a row that got better).",
         "A cell without an ok repeat on either side is listed with its status, never compared as numbers.",
     ]
 
