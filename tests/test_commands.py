@@ -13,7 +13,8 @@ from orchestrator.backends import registry
 from orchestrator.errors import UserError
 from workloads.common.result import Result
 
-VERBS = ["run-matrix", "build", "push", "publish", "pull", "compose", "parity", "check-pins", "report", "list", "doctor"]
+VERBS = ["run-matrix", "build", "push", "publish", "pull", "compose", "parity", "check-pins", "report", "compare",
+         "export", "list", "doctor"]
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

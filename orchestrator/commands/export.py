@@ -1,0 +1,87 @@
+"""`export`: a run's results as one tidy table for notebooks: one row per cell and repeat, with
+its identity, status, the workload's headline figure and every other metric, and the provenance
+that says where it was measured (device, versions, image digest)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.commands._shared import console
+from orchestrator.errors import UserError
+
+HELP = "export a run's results as a tidy table (one row per cell and repeat) for notebooks"
+ORDER = 74  # after compare: both read a run's results
+
+FORMATS = ["csv"]
+DEFAULT_FILE = "cells.csv"
+STDOUT = "-"
+
+IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]
+OUTCOME = ["status", "reason", "headline_metric", "headline"]
+# Provenance a reader filters or groups by; the rest stays in each cell's JSON.
+PROVENANCE = ["device", "gpu_name", "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
+              "cudnn_version", "backend", "image_digest", "git_revision", "hostname", "cluster_node", "data_source",
+              "started_at", "wall_time_s", "key"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path, metavar="RUN", help="a run folder (results/<run-id>)")
+    parser.add_argument("--format", choices=FORMATS, default=FORMATS[0], help="output format (default: csv)")
+    parser.add_argument("--out", help=f"output file, or {STDOUT} for standard output (default: RUN/{DEFAULT_FILE})")
+
+
+def main(args: argparse.Namespace) -> int:
+    export(args.results_dir, out=args.out, format=args.format)
+    return 0
+
+
+def tidy_frame(results_dir: Path) -> pd.DataFrame:
+    """The run's results, one row per cell and repeat: identity, outcome, metrics, provenance."""
+    from orchestrator.report.frame import report_frame
+    from orchestrator.results import CELLS_FOLDER, METRIC_COLUMNS, derived_metrics, load_cells
+    from workloads.common import declaration
+
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir() or not (results_dir / CELLS_FOLDER).is_dir():
+        raise UserError(f"{results_dir} is not a run folder (no {CELLS_FOLDER}/ in it); pass a folder run-matrix "
+                        f"wrote, e.g. results/<run-id>")
+    loaded = load_cells(results_dir)
+    if loaded.unreadable:
+        console.print(f"{len(loaded.unreadable)} unreadable cell file(s) left out, e.g. "
+                      f"{loaded.unreadable[0].path.name}: {loaded.unreadable[0].reason}", markup=False)
+    frame = report_frame(loaded.results)
+    declared = declaration.declared()
+    frame["headline_metric"] = [declared[name].headline if name in declared else None for name in frame["workload"]]
+    # the headline figure of each row, from the column its workload's declaration names
+    frame["headline"] = [row.get(metric) if isinstance(metric, str) else None
+                         for metric, row in zip(frame["headline_metric"], frame.to_dict("records"))]
+    frame["headline"] = pd.to_numeric(frame["headline"], errors="coerce").astype("float64")
+    derived = list(dict.fromkeys(name for metrics in derived_metrics().values() for name in metrics))
+    metrics = list(METRIC_COLUMNS) + derived
+    columns = IDENTITY + OUTCOME + metrics + PROVENANCE
+    return frame[columns].sort_values(IDENTITY, kind="stable", ignore_index=True)
+
+
+def export(results_dir: Path, *, out: str | None = None, format: str = "csv") -> Path | None:
+    """Write the run's tidy table as ``format``; returns the file written (None: standard output)."""
+    from workloads.common import safe_files
+
+    if format not in FORMATS:
+        raise UserError(f"--format {format!r}: choose from {', '.join(FORMATS)}")
+    text = tidy_frame(results_dir).to_csv(index=False)
+    if out == STDOUT:
+        sys.stdout.write(text)
+        return None
+    path = Path(out) if out else Path(results_dir) / DEFAULT_FILE
+    try:
+        # the default file is inside the run folder: no link on the way from it is followed
+        safe_files.write_text_atomic(path, text, below=None if out else results_dir)
+    except OSError as error:  # a folder where the file belongs, a link, a missing folder, a full disk
+        problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
+        raise UserError(f"cannot write {path} ({problem}); pass --out FILE in a writable folder, or --out - "
+                        f"for standard output") from None
+    console.print(f"export: {path}", markup=False)
+    return path
