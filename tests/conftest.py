@@ -12,6 +12,15 @@ import pytest
 BASE_IMAGE = os.environ.get("ROSETTA_BASE_IMAGE", "rosetta-base:bookworm")
 
 
+def error_line(capsys) -> str:
+    """The one line a refused command printed (`error: ...`), with no traceback."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    return lines[0]
+
+
 def _skip_or_fail(reason: str):
     """CI sets ROSETTA_REQUIRE_DOCKER=1: there a missing engine is a failure, never a quiet skip."""
     if os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1":

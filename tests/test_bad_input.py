@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.__main__ import main
 from workloads.common.result import Cell, Metrics, Result
+from conftest import error_line
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_CELL = ["--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke",
@@ -30,14 +31,6 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ROSETTA_DATA_DIR", str(tmp_path / "data"))
     return tmp_path
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), lines
-    return lines[0]
 
 
 def refused(argv, capsys) -> str:

@@ -18,6 +18,7 @@ from orchestrator.__main__ import main
 from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
+from conftest import error_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_REASON = "<script>alert(1)</script> | exploded"
@@ -69,14 +70,6 @@ def run_compare(base, new, *extra) -> int:
 
 def page(folder: Path) -> str:
     return (folder / compare.COMPARE_MD).read_text()
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), lines
-    return lines[0]
 
 
 def matched_row(comparison: compare.Comparison, framework: str) -> compare.Row:

@@ -12,6 +12,7 @@ from orchestrator.commands import export
 from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
+from conftest import error_line
 
 # Text a CSV writer must quote: a comma, a quote, a line break, and HTML for good measure.
 AWKWARD_REASON = 'CUDA OOM, "twice"\nthen <script>alert(1)</script>'
@@ -95,14 +96,6 @@ def test_export_to_a_file_of_ones_choosing(run, tmp_path):
     target = tmp_path / "elsewhere" / "run.csv"
     assert main(["export", str(folder), "--out", str(target)]) == 0
     assert len(read_back(target)) == len(made)
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), lines
-    return lines[0]
 
 
 @pytest.mark.parametrize("arguments, expected", [
