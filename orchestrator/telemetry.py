@@ -492,12 +492,14 @@ class Telemetry:
     """What this host can measure, found once per run, and a CellMeter per cell. `nvml` stands in
     for the `pynvml` module, `powercap_root` for /sys/class/powercap (tests)."""
 
-    def __init__(self, *, nvml=None, powercap_root: Path = POWERCAP_ROOT, idle_window_s: float = IDLE_WINDOW_S,
-                 gpu_interval_s: float = GPU_INTERVAL_S, cpu_interval_s: float = CPU_INTERVAL_S):
+    def __init__(self, *, nvml=None, powercap_root: Path | None = None, idle_window_s: float = IDLE_WINDOW_S,
+                 gpu_interval_s: float | None = None, cpu_interval_s: float | None = None):
         self._nvml_module = nvml
-        self.powercap_root = Path(powercap_root)
+        # the module's settings read now, not at import: a test may point them elsewhere
+        self.powercap_root = Path(powercap_root or POWERCAP_ROOT)
         self.idle_window_s = idle_window_s
-        self.gpu_interval_s, self.cpu_interval_s = gpu_interval_s, cpu_interval_s
+        self.gpu_interval_s = gpu_interval_s or GPU_INTERVAL_S
+        self.cpu_interval_s = cpu_interval_s or CPU_INTERVAL_S
         self._nvml = None
         self._nvml_problem: str | None = None
         self._started = False
