@@ -389,3 +389,66 @@ def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monke
     assert stored.cpu.method == "counter" and stored.cpu.gross_j == pytest.approx(3.0)
     assert stored.cpu.idle_w == pytest.approx(0.0) and stored.cpu.phase_j["steady"] == pytest.approx(3.0)
     assert stored.basis_samples == 5 * 4 and stored.joules_per_sample == pytest.approx(3.0 / 20)
+
+
+# --- the report's energy columns and chart ----------------------------------------------------------
+
+def energy_result(framework: str, repeat: int, *, rate: float, joules: float | None,
+                  reason: str = "NVML did not start (Driver Not Loaded): no NVIDIA driver answers on this host") -> Result:
+    from workloads.common.result import DeviceEnergy, Energy, Metrics
+
+    result = Result(cell=Cell(framework, "cnn", variant="cu130", profile="full", data="real", repeat=repeat),
+                    metrics=Metrics(train_time_s=10.0, steady_samples_per_s=rate, test_accuracy=0.7))
+    if joules is None:
+        result.energy = Energy(gpu=DeviceEnergy(method="none", reason=reason),
+                               cpu=DeviceEnergy(method="none", reason="no RAPL package zone"),
+                               reason="no device's energy was measured")
+    else:
+        result.energy = Energy(gpu=DeviceEnergy(method="counter", devices=["0: <b>GPU</b>"], gross_j=joules * 100,
+                                                mean_w=250.0 + repeat, throttle_reasons=["SwPowerCap"]),
+                               cpu=DeviceEnergy(method="none", reason="no RAPL package zone"),
+                               basis_phase="steady", basis_samples=100, basis_devices=["gpu"],
+                               joules_per_sample=joules, net_joules_per_sample=joules / 2,
+                               samples_per_joule=1 / joules, kwh=joules * 100 / 3.6e6)
+    return result
+
+
+def test_the_report_shows_energy_columns_and_one_chart(tmp_path):
+    from orchestrator.report import render
+    from orchestrator.results import cell_path
+
+    made = [energy_result("pytorch", repeat, rate=1000.0 + 100 * repeat, joules=0.2 + 0.1 * repeat)
+            for repeat in range(3)]
+    made.append(energy_result("tensorflow", 0, rate=500.0, joules=0.8))
+    made.append(Result(cell=Cell("jax", "cnn", variant="cu130", profile="full", data="real"),
+                       metrics=made[0].metrics))  # an older result: no energy record
+    for result in made:
+        result.write(cell_path(tmp_path, result.cell))
+    markdown_path, html_path = render(tmp_path)
+    markdown, html = markdown_path.read_text(), html_path.read_text()
+    energy = markdown[markdown.index("## Energy"):]
+    header = next(line for line in energy.splitlines() if line.startswith("| Framework"))
+    assert "J/sample" in header and "Samples/J" in header and "Mean GPU W" in header and "Method" in header
+    pytorch = next(line for line in energy.splitlines() if line.startswith("| pytorch"))
+    # the repeats' medians: 0.3 J/sample, 1100 samples/s, 251 W
+    assert "| 0.3 |" in pytorch and "1,100" in pytorch and "251" in pytorch and "GPU counter, CPU none" in pytorch
+    rows = [line for line in energy.splitlines() if line.startswith("| ") and not line.startswith("| Framework")]
+    assert [line.split("|")[1].strip() for line in rows][:2] == ["pytorch", "tensorflow"]  # frugal first
+    assert not any(line.startswith("| jax") for line in rows)
+    assert html.count('id="chart-energy') >= 1 and "joules per sample or image" in html
+    assert "<b>GPU</b>" not in html and "&lt;b&gt;GPU&lt;/b&gt;" in html  # a device name is text
+    assert "clock events seen: SwPowerCap" in markdown
+
+
+def test_a_run_that_measured_nothing_says_why_in_one_line(tmp_path):
+    from orchestrator.report import render
+    from orchestrator.results import cell_path
+
+    for repeat in range(2):
+        result = energy_result("pytorch", repeat, rate=1000.0, joules=None)
+        result.write(cell_path(tmp_path, result.cell))
+    markdown_path, html_path = render(tmp_path)
+    markdown = markdown_path.read_text()
+    line = next(line for line in markdown.splitlines() if line.startswith("No energy was measured"))
+    assert "NVML did not start (Driver Not Loaded)" in line and "no RAPL package zone" in line
+    assert 'id="chart-energy' not in html_path.read_text()
