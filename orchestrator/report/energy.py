@@ -72,9 +72,10 @@ def why_not_measured(result: Result) -> str | None:
 
 
 def details_text(result: Result) -> str | None:
-    """The per-cell details line: methods, the devices measured, what throttled the GPU."""
+    """The per-cell details line: methods, the devices measured, what throttled the GPU; None when
+    nothing was measured (the energy section says why, once for the run)."""
     energy = result.energy
-    if energy is None:
+    if energy is None or (energy.gpu.method == "none" and energy.cpu.method == "none"):
         return None
     parts = []
     for label, device in (("GPU", energy.gpu), ("CPU", energy.cpu)):

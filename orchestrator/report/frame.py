@@ -109,8 +109,8 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
         shown["image revision"] = provenance.image_revision
     if provenance.image_sources_sha256:
         shown["image sources"] = provenance.image_sources_sha256
-    if result.energy is not None:
-        shown["energy"] = energy.details_text(result)
+    if energy_details := energy.details_text(result):
+        shown["energy"] = energy_details
     named = {key for key, _ in NAMED_EXTRAS} | NOT_SHOWN_EXTRAS
     others = [f"{key}={value}" for key, value in sorted(extras.items())
               if key not in named and not key.startswith(OPTION_PREFIX) and value not in (None, "")]
