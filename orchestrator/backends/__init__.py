@@ -117,10 +117,10 @@ class SerialDispatch:
             job = self._queue.pop(0)
             self.started(job)
             meter = self.telemetry.meter_for(self.backend, job) if self.telemetry is not None else None
-            if meter is not None:
-                meter.start()  # the idle window first, outside the cell's wall time
-            start = time.perf_counter()
             try:
+                if meter is not None:
+                    meter.start()  # the idle window first, outside the cell's wall time
+                start = time.perf_counter()
                 result = self.backend.run_cell(job)
             finally:  # an interrupt too: the sampling thread never outlives its cell
                 if meter is not None:
