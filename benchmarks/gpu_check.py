@@ -11,7 +11,9 @@ default; --profile full for the study's sizes), one results folder per framework
 --results-dir. Per cell it prints the status, the steady throughput (training: samples/s after the
 first step; ResNet-50: images/s), the precision switches the framework recorded
 (provenance.extras: autocast, allow_tf32, tf32, matmul_precision, ...), the device, the GPU's name
-and its driver. On a machine without a GPU every CUDA cell is recorded as unsupported before it
+and its driver, and what the host's telemetry measured around the cell (orchestrator/telemetry.py:
+the GPU's mean and peak watts, joules per sample or image of the steady phase, and how: the
+energy counter, integrated power samples, or none with the reason). On a machine without a GPU every CUDA cell is recorded as unsupported before it
 starts, and the last line says plainly that no CUDA path ran.
 
 Exit status: 0 when no cell failed (with --require-cuda: and at least one cell ran on CUDA),
@@ -106,15 +108,40 @@ def run(framework: str, variant: str, python: str, args, folder: Path) -> int:
     return subprocess.run(command, cwd=ROOT, check=False).returncode
 
 
+def watts(result: Result) -> str:
+    """The GPU's mean and peak power over the cell: "287 W mean, 300 W peak"."""
+    gpu = result.energy.gpu if result.energy is not None else None
+    if gpu is None or gpu.mean_w is None:
+        return "-"
+    return f"{gpu.mean_w:,.0f} W mean" + (f", {gpu.peak_w:,.0f} W peak" if gpu.peak_w is not None else "")
+
+
+def joules_per_sample(result: Result) -> str:
+    """Joules per sample (image) of the steady phase, gross and net of idle power, and the method;
+    else why there is none."""
+    energy = result.energy
+    if energy is None:
+        return "not sampled"
+    unit = "image" if declaration.get(result.cell.workload).kind != declaration.TRAINING else "sample"
+    if energy.joules_per_sample is None:
+        reasons = [device.reason for device in (energy.gpu, energy.cpu) if device.method == "none" and device.reason]
+        return f"- ({(energy.reason or '; '.join(reasons) or 'not measured')[:90]})"
+    net = f", {energy.net_joules_per_sample:.3g} net" if energy.net_joules_per_sample is not None else ""
+    return (f"{energy.joules_per_sample:.3g} J/{unit}{net} "
+            f"({'+'.join(energy.basis_devices)}: GPU {energy.gpu.method}, CPU {energy.cpu.method})")
+
+
 def table(results: list[Result]) -> list[str]:
-    headings = ("cell", "status", "steady throughput", "precision the framework reports", "device", "GPU", "driver")
+    headings = ("cell", "status", "steady throughput", "precision the framework reports", "device", "GPU", "driver",
+                "GPU power", "energy")
     rows = []
     for result in results:
         cell = result.cell
         name, driver = gpu_of(result)
         status = result.status if result.status == "ok" else f"{result.status}: {(result.reason or '')[:90]}"
         rows.append((f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}", status, steady_rate(result),
-                     precision_used(result), result.provenance.device or "-", name, driver))
+                     precision_used(result), result.provenance.device or "-", name, driver, watts(result),
+                     joules_per_sample(result)))
     widths = [max(len(str(row[i])) for row in [headings, *rows]) for i in range(len(headings))]
     return [" | ".join(str(value).ljust(width) for value, width in zip(row, widths)).rstrip()
             for row in [headings, tuple("-" * width for width in widths), *rows]]

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator import host, onnx_export, run_folder
+from orchestrator import host, onnx_export, run_folder, telemetry
 from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
@@ -49,10 +49,12 @@ class RunSummary:
 def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
               data_dir: Path, resume: bool = False, force: bool = False, timeout: float | None = None,
               console: Console | None = None, metadata: dict | None = None, parity: bool = False,
-              accelerator_types: dict[tuple[str, str], str] | None = None) -> RunSummary:
+              accelerator_types: dict[tuple[str, str], str] | None = None,
+              idle_window_s: float = telemetry.IDLE_WINDOW_S) -> RunSummary:
     """Run `cells` into `results_dir`, holding its lock throughout (orchestrator/run_folder.py):
     refused when the folder is unusable, or holds results and neither `resume` nor `force` is set.
-    `accelerator_types`: (framework, variant) -> the GPU model a cluster backend must place it on."""
+    `accelerator_types`: (framework, variant) -> the GPU model a cluster backend must place it on.
+    `idle_window_s`: the idle power's window before each cell whose energy is measured here."""
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
     results_dir = Path(results_dir)
     with run_folder.claim(results_dir, resume=resume, force=force):
@@ -60,14 +62,14 @@ def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framewo
         try:
             return _run_locked(cells, backend, frameworks, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, timeout=timeout, console=console, metadata=metadata, parity=parity,
-                               accelerator_types=accelerator_types or {})
+                               accelerator_types=accelerator_types or {}, idle_window_s=idle_window_s)
         finally:
             run_folder.clear_work(results_dir)
 
 
 def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
                 data_dir: Path, resume: bool, timeout: float | None, console: Console, metadata: dict | None,
-                parity: bool, accelerator_types: dict[tuple[str, str], str]) -> RunSummary:
+                parity: bool, accelerator_types: dict[tuple[str, str], str], idle_window_s: float) -> RunSummary:
     summary = RunSummary(results_dir)
     revision = host.git_revision()
     pending = []
@@ -97,11 +99,15 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
 
         own_dispatch = getattr(backend, "dispatcher", None)
-        dispatch = own_dispatch(progress=progress, task=task) if own_dispatch else SerialDispatch(backend, started)
+        dispatch = (own_dispatch(progress=progress, task=task) if own_dispatch
+                    else SerialDispatch(backend, started, telemetry=telemetry.Telemetry(idle_window_s=idle_window_s)))
 
         def finish(result: Result) -> None:
             result.provenance.backend = result.provenance.backend or backend.name
             result.provenance.git_revision = result.provenance.git_revision or revision
+            if own_dispatch and result.energy is None and result.provenance.cluster:
+                result.energy = telemetry.not_sampled("ran on a cluster node: energy is measured only for "
+                                                      "cells that run on the orchestrator's host")
             _write_packages(result, results_dir, finished=len(summary.results))
             _write_result(result, cell_path(results_dir, result.cell), results_dir, finished=len(summary.results))
             summary.results.append(result)

@@ -96,11 +96,14 @@ class Dispatch(Protocol):
 class SerialDispatch:
     """A backend that only has `run_cell`, as a Dispatch: `gather` runs each submitted cell in turn
     (exactly the old loop: one cell at a time, in the order submitted, on this host). `started(job)`
-    is called as each cell starts; each result's wall_time_s is the whole cell as the host saw it."""
+    is called as each cell starts; each result's wall_time_s is the whole cell as the host saw it.
+    `telemetry` (orchestrator/telemetry.py) measures each cell's energy on this host, where it runs."""
 
-    def __init__(self, backend: Backend, started: Callable[[CellJob], None] = lambda job: None):
+    def __init__(self, backend: Backend, started: Callable[[CellJob], None] = lambda job: None,
+                 telemetry=None):
         self.backend = backend
         self.started = started
+        self.telemetry = telemetry
         self._queue: list[CellJob] = []
 
     def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
@@ -113,16 +116,26 @@ class SerialDispatch:
         while self._queue:
             job = self._queue.pop(0)
             self.started(job)
-            start = time.perf_counter()
-            result = self.backend.run_cell(job)
+            meter = self.telemetry.meter_for(self.backend, job) if self.telemetry is not None else None
+            try:
+                if meter is not None:
+                    meter.start()  # the idle window first, outside the cell's wall time
+                start = time.perf_counter()
+                result = self.backend.run_cell(job)
+            finally:  # an interrupt too: the sampling thread never outlives its cell
+                if meter is not None:
+                    meter.stop()
             result.wall_time_s = time.perf_counter() - start
+            if meter is not None:
+                result.energy = meter.energy(result)
             yield job, result
 
     def cancel(self) -> None:
         self._queue.clear()  # the running cell cleans up after itself as the interrupt unwinds it
 
     def close(self) -> None:
-        pass
+        if self.telemetry is not None:
+            self.telemetry.close()
 
 
 CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folder

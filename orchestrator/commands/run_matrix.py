@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import frameworks as framework_registry, matrix as matrix_module
+from orchestrator import frameworks as framework_registry, matrix as matrix_module, telemetry
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
@@ -59,7 +60,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 data_dir_help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")
     parser.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+    parser.add_argument("--idle-window", type=idle_seconds, default=telemetry.IDLE_WINDOW_S, metavar="SECONDS",
+                        help=f"idle power is measured over this window before each cell whose energy this host "
+                        f"measures (default {telemetry.IDLE_WINDOW_S:g}; 0: no idle power, no net energy)")
     common_args.add_backend_options(parser)
+
+
+LONGEST_IDLE_WINDOW_S = 60.0
+
+
+def idle_seconds(value: str) -> float:
+    """--idle-window: seconds, 0 to LONGEST_IDLE_WINDOW_S."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 <= seconds <= LONGEST_IDLE_WINDOW_S):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {LONGEST_IDLE_WINDOW_S:g}, "
+                                         f"not {value!r:.40}")
+    return seconds
 
 
 def main(args: argparse.Namespace) -> int:
@@ -71,7 +90,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
                           results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                          resume=args.resume, force=args.force, render_report=not args.no_report)
+                          resume=args.resume, force=args.force, render_report=not args.no_report,
+                          idle_window_s=args.idle_window)
     except ClusterLost as error:  # one line, the finished cells kept: exit 1, not a usage error's 2
         console.print(f"[red]error:[/red] {escape(str(error))}")
         return EXIT_CELLS_FAILED
@@ -80,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
 def run_matrix(selection: Selection = Selection(), backend: registry.BackendOptions = registry.BackendOptions(), *,
                matrix_file: Path | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
                timeout: float | None = None, resume: bool = False, force: bool = False,
-               render_report: bool = True) -> int:
+               render_report: bool = True, idle_window_s: float = telemetry.IDLE_WINDOW_S) -> int:
     """Run the selected cells on the chosen backend; exit code 1 when a cell failed or timed out."""
     from orchestrator import run_folder, runner  # rich progress and the report are only needed here
 
@@ -110,7 +130,7 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
                   f"{matrix.init} init, order seed {seed}) -> {results_dir}")
     summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
                                resume=resume, force=force, timeout=timeout, console=console,
-                               accelerator_types=matrix.accelerator_types(),
+                               accelerator_types=matrix.accelerator_types(), idle_window_s=idle_window_s,
                                metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
                                          "repeat": matrix.repeats, "init": matrix.init, "seed": seed,
                                          "options": {entry.name: entry.options for entry in matrix.frameworks

@@ -18,6 +18,7 @@ other declared metric, each headed by its label and unit and formatted by its un
     formatting.py  one figure or cell as text
     tables.py      the ranking, result, not-ranked, reference and details tables, "what had to be matched"
     chart.py       the SVG bar chart of a group's headline metric
+    energy.py      the energy columns, table per workload and throughput-vs-energy chart
     metadata.py    what the run recorded about itself (run.json, provenance)
     pages.py       the templates' context and writing report.md / report.html
 """

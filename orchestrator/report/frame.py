@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from orchestrator.report import energy
 from orchestrator.results import to_frame
 from workloads.common import declaration
 from workloads.common import options as framework_options
@@ -46,6 +47,8 @@ def report_frame(results: list[Result]) -> pd.DataFrame:
         recorded.setdefault(result.cell.workload, set()).update(
             key for key, _ in NAMED_EXTRAS if result.provenance.extras.get(key))
     frame["details"] = [details(result, expected=recorded.get(result.cell.workload, set())) for result in results]
+    for name, values in energy.frame_columns(results).items():
+        frame[name] = values
     return frame
 
 
@@ -106,6 +109,8 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
         shown["image revision"] = provenance.image_revision
     if provenance.image_sources_sha256:
         shown["image sources"] = provenance.image_sources_sha256
+    if energy_details := energy.details_text(result):
+        shown["energy"] = energy_details
     named = {key for key, _ in NAMED_EXTRAS} | NOT_SHOWN_EXTRAS
     others = [f"{key}={value}" for key, value in sorted(extras.items())
               if key not in named and not key.startswith(OPTION_PREFIX) and value not in (None, "")]

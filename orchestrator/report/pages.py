@@ -12,6 +12,7 @@ import jinja2
 import pandas as pd
 
 from orchestrator.report.chart import chart_svg
+from orchestrator.report.energy import energy_section
 from orchestrator.report.formatting import markdown_cell
 from orchestrator.report.frame import report_frame
 from orchestrator.report.metadata import recorded_invocations, recorded_not_applicable, recorded_order, run_metadata
@@ -105,6 +106,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "sections": sections,
         "notes": notes(),
         "matched": matched_sections(frame),
+        "energy": energy_section(frame, charts=charts),
         "missing_workloads": [name for name in declaration.declared()
                               if name not in summaries and name not in inapplicable],
         "reference_label": REFERENCE_LABEL,

@@ -101,10 +101,16 @@ class Run:
     def phase(self, name: str) -> Iterator[None]:
         """Time a phase; the device is synchronised before both clock reads."""
         self.sync()
-        start = time.perf_counter()
+        start, wall_start = time.perf_counter(), time.time()
         yield
         self.sync()
         self.result.phases[name] = self.result.phases.get(name, 0.0) + time.perf_counter() - start
+        self.record_span(name, wall_start, time.time())
+
+    def record_span(self, name: str, start: float, end: float) -> None:
+        """One stretch of a phase in wall-clock time (time.time(), the host's clock too), so the
+        host can attribute the energy it sampled to the phase (orchestrator/telemetry.py)."""
+        self.result.phase_spans.setdefault(name, []).append([start, end])
 
     # --- data -----------------------------------------------------------------------------------
 
@@ -166,17 +172,24 @@ class Run:
         step_times = []
         self.sync()
         start = last = time.perf_counter()
+        wall_start = steady_start = time.time()
         for step in range(steps):
             index = order[step * settings.batch_size:(step + 1) * settings.batch_size]
             yield x[index], y[index]
             if step == 0 and samples.first_step_s is None:
                 self.sync()
                 samples.first_step_s = time.perf_counter() - start
+                steady_start = time.time()
+                self.record_span("first_step", wall_start, steady_start)
             now = time.perf_counter()
             step_times.append(now - last)
             last = now
         self.sync()
         end = time.perf_counter()
+        wall_end = time.time()
+        self.record_span("train", wall_start, wall_end)
+        if steady_start < wall_end:  # the steps after the very first: the steady phase
+            self.record_span("steady", steady_start, wall_end)
         step_times[-1] += end - last
         samples.batch_times_s.extend(step_times)
         samples.epoch_times_s.append(end - start)
@@ -219,13 +232,17 @@ class Run:
         features to the host included: workloads/common/loop.py, infer)."""
         size = self.settings.batch_size
         samples = self.result.samples
+        wall_start = None
         for batch in range(self.settings.batches):
             self.sync()
             start = time.perf_counter()
+            wall_start = time.time() if wall_start is None else wall_start
             yield images[batch * size:(batch + 1) * size]
             self.sync()
             samples.batch_times_s.append(time.perf_counter() - start)
         self.result.phases["inference"] = sum(samples.batch_times_s)
+        if wall_start is not None:  # one span, first timed batch to last: nothing else runs between
+            self.record_span("inference", wall_start, time.time())
 
     # --- recording ------------------------------------------------------------------------------
 

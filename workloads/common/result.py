@@ -15,10 +15,11 @@ from typing import Dict, List, Optional, Union
 
 from workloads.common import safe_files
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1 lacks only fields that have defaults here (init, options, per-step training times,
-# the first loss, trace counts, the wider provenance): it is still read.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# the first loss, trace counts, the wider provenance), version 2 only the phases' wall-clock spans
+# and the host's energy record: both are still read.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # The contract between host and image: exit 0 = result written and ok; EXIT_UNSUPPORTED = the
 # cell cannot run here (the reason is in the result); anything else = failed.
@@ -137,6 +138,56 @@ class Provenance:
     extras: Dict[str, str] = field(default_factory=dict)  # framework-specific switches
 
 
+# How an energy figure was obtained (orchestrator/telemetry.py): the difference of a hardware
+# energy counter (NVML's total energy, RAPL's energy_uj), power samples integrated over time, or
+# not at all (the figure is null and `reason` says why).
+ENERGY_METHODS = ("counter", "integration", "none")
+
+
+@dataclass
+class DeviceEnergy:
+    """One kind of device's energy over the cell (the GPUs it was given, or the CPU packages),
+    measured on the host around the cell. Joules and watts summed over the devices; null where
+    the method could not measure a figure. Gross: everything drawn while the cell ran; net: gross
+    minus the idle power (measured just before the cell) times the cell's duration."""
+
+    method: str = "none"  # one of ENERGY_METHODS
+    reason: Optional[str] = None  # why a figure is null, or what limits it
+    devices: List[str] = field(default_factory=list)  # "0: NVIDIA H200", "package-0", ...
+    duration_s: Optional[float] = None  # the cell as the host measured it
+    gross_j: Optional[float] = None
+    net_j: Optional[float] = None
+    idle_w: Optional[float] = None
+    mean_w: Optional[float] = None  # gross_j / duration_s
+    peak_w: Optional[float] = None  # the highest power sample (GPU only: RAPL gives no power)
+    phase_j: Dict[str, float] = field(default_factory=dict)  # gross joules inside each phase's spans
+    readings: int = 0  # samples taken while the cell ran
+    utilisation_mean_pct: Optional[float] = None
+    utilisation_max_pct: Optional[float] = None
+    sm_clock_mean_mhz: Optional[float] = None
+    sm_clock_min_mhz: Optional[float] = None
+    max_temperature_c: Optional[float] = None
+    throttle_reasons: List[str] = field(default_factory=list)  # NVML's clock-event reasons seen
+    peak_memory_mb: Optional[float] = None  # device memory in use (every process's), at its peak
+
+
+@dataclass
+class Energy:
+    """The host's energy record of one cell, and what it gives per sample (or image) of the
+    workload's steady phase: the training steps after the first, or ResNet-50's timed batches."""
+
+    gpu: DeviceEnergy = field(default_factory=DeviceEnergy)
+    cpu: DeviceEnergy = field(default_factory=DeviceEnergy)
+    basis_phase: Optional[str] = None  # the phase the per-sample figures are of ("steady", "inference")
+    basis_samples: Optional[int] = None  # samples (images) processed in that phase
+    basis_devices: List[str] = field(default_factory=list)  # whose joules count: ["gpu", "cpu"]
+    joules_per_sample: Optional[float] = None  # gross, in the basis phase
+    net_joules_per_sample: Optional[float] = None  # net of idle power, in the basis phase
+    samples_per_joule: Optional[float] = None
+    kwh: Optional[float] = None  # the whole cell, gross, the measured devices together
+    reason: Optional[str] = None  # why the per-sample figures are null
+
+
 @dataclass
 class Result:
     """One cell's outcome: identity, status, timed phases, metrics, raw samples, provenance."""
@@ -146,12 +197,16 @@ class Result:
     reason: Optional[str] = None  # why a cell is unsupported / failed
     started_at: Optional[str] = None  # ISO 8601, UTC
     phases: Dict[str, float] = field(default_factory=dict)  # seconds per timed phase
+    # Wall-clock (time.time()) [start, end] of every stretch of each phase, so the host can attribute
+    # its energy samples to phases; "first_step" and "steady" split training's "train" phase.
+    phase_spans: Dict[str, List[List[float]]] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     samples: Samples = field(default_factory=Samples)
     settings: Dict[str, typing.Any] = field(default_factory=dict)  # the hyperparameters used
     provenance: Provenance = field(default_factory=Provenance)
     outputs: Dict[str, typing.Any] = field(default_factory=dict)  # parity runs: the model's outputs
     wall_time_s: Optional[float] = None  # the whole cell as the host saw it
+    energy: Optional[Energy] = None  # measured on the host around the cell; None: not sampled
     stderr_tail: Optional[str] = None
     schema_version: int = SCHEMA_VERSION
 
@@ -212,13 +267,26 @@ def _build(kind, data):
         if item.name not in data:
             continue
         value = data[item.name]
-        if dataclasses.is_dataclass(hints[item.name]) and isinstance(value, dict):
-            value = _build(hints[item.name], value)
+        kind_of_value = _dataclass_in(hints[item.name])
+        if kind_of_value is not None and isinstance(value, dict):
+            value = _build(kind_of_value, value)
         values[item.name] = value
     unknown = set(data) - {item.name for item in dataclasses.fields(kind)}
     if unknown:
         raise TypeError(f"unknown field(s) in {kind.__name__}: {', '.join(sorted(unknown))}")
     return kind(**values)
+
+
+def _dataclass_in(hint):
+    """The dataclass a field holds: its type, or the X of Optional[X]; else None."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    arguments = [argument for argument in getattr(hint, "__args__", None) or ()
+                 if argument is not type(None)]  # Optional[X] is Union[X, None]
+    if getattr(hint, "__origin__", None) is typing.Union and len(arguments) == 1 \
+            and dataclasses.is_dataclass(arguments[0]):
+        return arguments[0]
+    return None
 
 
 # --- JSON Schema, generated from the dataclasses above ------------------------------------------
