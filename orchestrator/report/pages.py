@@ -188,18 +188,18 @@ def write_report(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike |
     target = Path(out_dir) if out_dir is not None else results_dir
     safe_files.make_folder(target)
     environment = _environment()
-    paths = target / "report.md", target / "report.html", target / CODE_PAGE
+    markdown_path, html_path, code_path = target / "report.md", target / "report.html", target / CODE_PAGE
     code = code_context(context["_summaries"], context["_frame"])
     code.update(title=f"{context['title']}: the implementations side by side", generated_at=context["generated_at"],
                 metadata=context["metadata"])
     # every page rendered before any is written; each written atomically, never through a link, so
     # a full disk leaves the previous report (or none), never a truncated one
-    pages = (environment.get_template("report.md.j2").render(context),
-             environment.get_template("report.html.j2").render(context),
-             environment.get_template("code.html.j2").render(code))
-    for path, text in zip(paths, pages):
+    pages = {html_path: environment.get_template("report.html.j2").render(context),
+             markdown_path: environment.get_template("report.md.j2").render(context),
+             code_path: environment.get_template("code.html.j2").render(code)}
+    for path, text in pages.items():
         safe_files.write_text_atomic(path, text)
-    return WrittenReport(*paths, ranking=_ranking(context))
+    return WrittenReport(markdown_path, html_path, code_path, ranking=_ranking(context))
 
 
 def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:

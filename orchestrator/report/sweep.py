@@ -36,7 +36,8 @@ def sweep_tables(summaries: dict[str, pd.DataFrame], variant_order: dict[str, li
         if summary.empty:
             continue
         for key, rows in summary.groupby(SWEEP_KEY, sort=False, dropna=False):
-            if len(rows[["variant", "precision"]].drop_duplicates()) < 2:
+            ran = rows[rows["status"] != "unsupported"]  # an unsupported pair is shown, but is no sweep alone
+            if len(ran[["variant", "precision"]].drop_duplicates()) < 2:
                 continue
             record = dict(zip(SWEEP_KEY, key))
             declared = variant_order.get(record["framework"], [])
