@@ -22,6 +22,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -116,12 +117,17 @@ class _DevTools:
         arguments = [self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
                      "--no-first-run", "--no-default-browser-check", "--disable-extensions",
                      f"--user-data-dir={self.profile}", "about:blank"]
-        # Chromium reads the protocol from descriptor 3 and writes to 4: the shell puts the pipes there
-        wrapper = f'exec "$@" 3<&{commands_read} 4>&{replies_write}'
-        self._process = subprocess.Popen(["sh", "-c", wrapper, "sh", *arguments], pass_fds=(commands_read,
-                                                                                           replies_write),
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE)
+        # Chromium reads the protocol from descriptor 3 and writes to 4: a small Python step moves the
+        # pipes there (they may have any number here) and becomes Chromium
+        # (copied aside first, so that neither overwrites the other when one of them already is 3 or 4)
+        wrapper = (f"import os, sys; copies = os.dup({commands_read}), os.dup({replies_write}); "
+                   "[os.dup2(copy, target) for copy, target in zip(copies, (3, 4)) if copy != target]; "
+                   "[os.set_inheritable(target, True) for target in (3, 4)]; os.execv(sys.argv[1], sys.argv[1:])")
+        # its log goes to a file: a pipe nobody reads could fill up and stall it
+        self._log = open(Path(self.profile) / "chromium.log", "w+b")
+        self._process = subprocess.Popen([sys.executable, "-c", wrapper, *arguments],
+                                         pass_fds=(commands_read, replies_write), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=self._log)
         os.close(commands_read)
         os.close(replies_write)
         return self
@@ -140,8 +146,7 @@ class _DevTools:
                     os.close(descriptor)
                 except OSError:
                     pass
-            if self._process.stderr:
-                self._process.stderr.close()
+            self._log.close()
 
     def call(self, method: str, params: dict | None = None, *, session: str | None = None) -> dict:
         """Send one command and wait for its reply; BrowserError for an error reply."""
@@ -183,8 +188,9 @@ class _DevTools:
                 raise BrowserError(f"Chromium sent no {waiting_for} within {self.timeout:g} s")
             chunk = os.read(self._replies, 1 << 20)
             if not chunk:
-                stderr = self._process.stderr.read().decode(errors="replace")[-2000:] if self._process.stderr else ""
-                raise BrowserError(f"Chromium closed its DevTools pipe while waiting for {waiting_for}: {stderr}")
+                self._log.seek(0)
+                log = self._log.read().decode(errors="replace")[-2000:]
+                raise BrowserError(f"Chromium closed its DevTools pipe while waiting for {waiting_for}: {log}")
             self._buffer += chunk
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
