@@ -205,8 +205,8 @@ def test_unsupported_and_not_applicable_cells_collapse_into_one_list_per_reason(
     ]
     markdown = report.render(run)[0].read_text()
     listed = sections(markdown)[NOT_RUN]
-    assert "- **unsupported: fp16 needs a CUDA GPU** (2 cells): cnn · jax · cpu · fp16; cnn · tensorflow · cpu · fp16" \
-        in listed
+    assert ("- **unsupported: fp16 needs a CUDA GPU** (2 cells): cnn · jax · cpu · fp16; "
+            "cnn · tensorflow · cpu · fp16") in listed
     cnn = sections(markdown)["CNN — CIFAR-10 training"]
     not_ranked = [line for line in cnn.split("### Not ranked")[1].split("###")[0].splitlines() if line.startswith("|")]
     assert len(not_ranked) == 3 and not_ranked[2].startswith("| chainer |")  # only what ran and failed

@@ -50,7 +50,8 @@ def grids(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -
                     "metric": declaration.get(name).headline_metric.heading,
                     "better": declaration.get(name).headline_metric.better} for name in workloads]
         rows = []
-        for (name, variant), cells in sorted(group["rows"].items(), key=lambda item: (_row_order(item[1], workloads), item[0])):
+        ordered = sorted(group["rows"].items(), key=lambda item: (_row_order(item[1], workloads), item[0]))
+        for (name, variant), cells in ordered:
             row_cells = []
             for workload_name in workloads:
                 cell = cells.get(workload_name)

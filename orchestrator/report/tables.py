@@ -169,7 +169,8 @@ def not_run_lists(summaries: dict[str, pd.DataFrame], not_applicable: list[dict]
         summary = summaries[workload]
         for _, row in summary[summary["status"] == UNSUPPORTED].iterrows():
             reason = row["note"] or UNSUPPORTED
-            lists.setdefault(reason, []).append(f"{workload} · {row['row_name']} · {row['variant']} · {row['precision']}")
+            name = f"{workload} · {row['row_name']} · {row['variant']} · {row['precision']}"
+            lists.setdefault(reason, []).append(name)
     seen = set()
     for item in sorted(not_applicable, key=lambda item: (_declared_index(item["workload"]), item["framework"])):
         variants = ", ".join(item.get("variants") or [])
