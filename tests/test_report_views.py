@@ -317,3 +317,13 @@ def test_the_report_reads_the_cells_once_and_imports_no_framework(run, monkeypat
                                timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "[]"
+
+
+def test_code_html_is_well_formed_with_unique_ids(run):
+    from test_report_fairness import _Structure
+
+    structure = _Structure()
+    structure.feed(report.write_report(run).code.read_text())
+    structure.close()
+    assert structure.problems == [] and structure.stack == []
+    assert [name for name, count in structure.ids.items() if count > 1] == []

@@ -68,7 +68,8 @@ def step_plot(series: list[dict], *, training: bool) -> dict | None:
     parts.append(_text(LEFT - 4, TOP + 8, _ms(high), anchor="end"))
     parts.append(_text(LEFT - 4, HEIGHT - BOTTOM, _ms(low), anchor="end"))
     if median is not None:
-        parts.append(_text(LEFT - 4, y(median) + 3, f"median {_ms(median)}", anchor="end", size=8))
+        # inside the plot, at its right end, above the line: clear of the axis labels
+        parts.append(_text(WIDTH - RIGHT - 4, y(median) - 3, f"median {_ms(median)}", anchor="end", size=8))
     noun = "step" if training else "batch"
     parts.append(_text(LEFT, HEIGHT - 6, f"{noun} 1", size=9))
     parts.append(_text(WIDTH - RIGHT, HEIGHT - 6, f"{noun} {steps} (log time scale)", anchor="end", size=9))
