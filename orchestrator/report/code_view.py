@@ -14,6 +14,7 @@ headline figures of every framework the file serves (keras.py serves the three K
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -51,14 +52,12 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
         for path in files:
             key = _key(path.stem)
             serves = frameworks_of(path.stem)
-            text = path.read_text(encoding="utf-8", errors="replace")
-            sections = split_sections(text)
+            status = path.stat()
+            text, sections = _highlighted(path, status.st_mtime_ns, status.st_size)
             matched, source = _matched(recorded, name, serves, text)
             implementations.append({
                 "key": key, "serves": serves, "file": f"workloads/{name}/{path.name}",
-                "sections": {section: highlight(code, PythonLexer(), HtmlFormatter(
-                    cssclass=CSS_CLASS, linenos="inline", linenostart=first_line))
-                    for section, (first_line, code) in sections.items()},
+                "sections": sections,
                 "matched": matched, "matched_source": source,
                 "figures": _figures(summaries.get(name), serves, workload),
             })
@@ -71,6 +70,17 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
     default += [key for key in keys if key not in default][:2 - len(default)]
     return {"workloads": workloads, "choices": [{"key": key, "serves": _served(workloads, key)} for key in keys],
             "default_pair": default, "pygments_css": formatter_.get_style_defs(f".{CSS_CLASS}")}
+
+
+@functools.lru_cache(maxsize=256)
+def _highlighted(path: Path, modified_ns: int, size: int) -> tuple[str, dict[str, str]]:
+    """A workload file's text and its sections as highlighted HTML. Highlighting is most of what
+    the code view costs: kept per file version (its modification time and size), so a process that
+    writes several reports highlights each file once."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return text, {section: highlight(code, PythonLexer(), HtmlFormatter(cssclass=CSS_CLASS, linenos="inline",
+                                                                         linenostart=first_line))
+                  for section, (first_line, code) in split_sections(text).items()}
 
 
 def split_sections(text: str) -> dict[str, tuple[int, str]]:
