@@ -139,7 +139,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
 
 @dataclasses.dataclass
 class WrittenReport:
-    """What ``write_report`` wrote, and the report's first screen as text for a terminal."""
+    """What ``write_report`` wrote (its three pages), and the ranking as text for a terminal."""
 
     markdown: Path
     html: Path
