@@ -92,7 +92,7 @@ def test_report_rendered(smoke_run):
         assert title in markdown
     assert markdown.count("| pytorch | cpu | fp32 |") == 3
     assert "Published reference" in markdown and "K80" in markdown
-    assert html.count("<svg") == 3 and "<script" not in html
+    assert html.count('<figure class="chart">') == 3 and "<script" not in html
 
 
 def test_resume_skips_finished_cells(smoke_run):

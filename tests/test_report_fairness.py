@@ -69,6 +69,7 @@ def sections(markdown: str) -> dict[str, str]:
 
 
 RANKING = "Steady-state ranking (like for like)"
+GRID = "At a glance: each workload's headline figure, per framework"
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def test_each_group_has_its_own_ranking_table_and_chart(mixed):
     h200 = cnn["groups"][1]["table"]
     assert [row["cells"][:3] for row in h200["rows"]] == [["1", "pytorch", "cuda12"], ["2", "jax", "cuda12"]]
     html = render(mixed)[1].read_text()
-    assert html.count("<svg") == 4  # one chart per group
+    assert html.count('<figure class="chart">') == 4  # one chart per group
 
 
 def test_a_gpu_named_only_by_nvidia_smi_still_finds_its_group(tmp_path):
@@ -187,7 +188,8 @@ def test_a_diverged_cell_is_failed_and_never_ranked(tmp_path):
     not_ranked = markdown.split("### Not ranked")[1]
     assert "| mxnet | cuda12 | fp32 |" in not_ranked
     assert "failed: diverged (the training loss after epoch 1 is nan)" in not_ranked
-    assert html.count("<svg") == 1  # the chart shows the ranked row only
+    assert html.count('<figure class="chart">') == 1  # the chart shows the ranked row only
+    assert html.count('<figure class="steps">') == 1  # and only the ok row has step times to plot
 
 
 def test_accuracy_outside_the_target_is_flagged_in_the_full_profile_on_real_data(tmp_path):
@@ -349,19 +351,23 @@ def test_a_plain_result_frame_still_summarises(mixed):
 def test_the_first_screen_is_the_like_for_like_ranking(mixed):
     write(mixed, [training("mxnet", 0, status="failed", reason="diverged: the loss is nan")])
     markdown, html = (path.read_text() for path in render(mixed))
-    # Markdown: the title, one paragraph, then the ranking: its tables come before anything else
-    assert list(sections(markdown))[0] == RANKING
-    first_table = next(index for index, line in enumerate(markdown.splitlines()) if line.startswith("|"))
-    assert markdown.splitlines()[first_table].startswith("| # | Framework | Variant | Median steady samples/s |")
-    assert markdown.index(RANKING) < markdown.index("## This run") < markdown.index("\n## CNN")
+    # Markdown: the title, the grid, then the ranking: its tables come before the run and the workloads
+    assert list(sections(markdown))[:2] == [GRID, RANKING]
+    first_table = next(index for index, line in enumerate(sections(markdown)[RANKING].splitlines())
+                       if line.startswith("|"))
+    assert sections(markdown)[RANKING].splitlines()[first_table].startswith(
+        "| # | Framework | Variant | Median steady samples/s |")
+    assert markdown.index(GRID) < markdown.index(RANKING) < markdown.index("## This run") < markdown.index("\n## CNN")
     ranking = sections(markdown)[RANKING]
     assert ranking.index("#### GPU NVIDIA A100") < ranking.index("#### GPU NVIDIA H200 · fp32") \
         < ranking.index("#### GPU NVIDIA H200 · fp16") < ranking.index("#### CPU")
     # fastest first in each group
     h200 = ranking.split("#### GPU NVIDIA H200 · fp32")[1].split("####")[0]
     assert h200.index("| 1 | pytorch |") < h200.index("| 2 | jax |")
-    # HTML: the ranking is the page's first section, its first table, before the run's metadata
+    # HTML: the grid is the page's first section and first table; then the ranking, before the run's metadata
     body = html.split("<body>", 1)[1]
+    assert body.index("<h1>") < body.index('<section id="grids">') < body.index("<table") \
+        == body.index('<table class="grid" id="grid-1">') < body.index('<section id="ranking">')
     assert body.index('<section id="ranking">') < body.index("<table>") < body.index('<section id="run">')
     assert body.index("<h1>") < body.index('<section id="ranking">') < body.index("<dl")
     assert body.index('<section id="ranking">') < body.index("<svg")
@@ -416,6 +422,7 @@ def test_the_page_is_well_formed_with_unique_ids_and_escaped(mixed):
     assert structure.problems == [] and structure.stack == []
     assert [name for name, count in structure.ids.items() if count > 1] == []
     assert structure.references <= set(structure.ids)
-    assert html.count("<svg") == 5
+    assert html.count('<figure class="chart">') == 5
+    assert html.count('<figure class="steps">') == len(re.findall(r"<details>", html))  # each row's step plot
     assert "<script" not in html.lower() and "<b>fw" not in html
     assert "&lt;b&gt;fw" in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html

@@ -21,18 +21,18 @@ def main(args: argparse.Namespace) -> int:
 
 
 def render(results_dir: Path) -> tuple[Path, Path]:
-    """Write report.md and report.html into `results_dir`; returns their paths."""
+    """Write report.md, report.html and code.html into `results_dir`; returns the reports' paths."""
     from orchestrator import report
 
     if not Path(results_dir).is_dir():
         raise UserError(f"{results_dir} is not a results directory; pass the folder run-matrix wrote (results/<run-id>)")
     try:
-        markdown, html = report.render(Path(results_dir))
+        written = report.write_report(Path(results_dir))
     except OSError as error:  # a full disk, a folder where report.md belongs, a linked folder
         problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
         raise UserError(f"cannot write the report ({problem}); the results in {Path(results_dir) / 'cells'} "
                         f"are kept: fix that, then run `python -m orchestrator report {results_dir}`") from None
-    # the first screen: the like-for-like steady-state ranking, as report.md opens with it
-    console.print(report.ranking_text(Path(results_dir)), markup=False, highlight=False)
-    console.print(f"report: {markdown} and {html}")
-    return markdown, html
+    # the like-for-like steady-state ranking, as report.md shows it (from the same reading of the cells)
+    console.print(written.ranking, markup=False, highlight=False)
+    console.print(f"report: {written.markdown} and {written.html}; the implementations side by side: {written.code}")
+    return written.markdown, written.html

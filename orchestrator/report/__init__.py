@@ -3,9 +3,12 @@
 ``summarise`` (summary.py) turns the flat result frame into one row per (framework, variant,
 non-default options, init) in each like-for-like group (profile, data, device kind and model,
 precision) of each workload, the way hyperfine reports a command: median, min-max, and "relative"
-to the group's best. ``render`` (pages.py) writes ``report.md`` and a self-contained
-``report.html`` (inline CSS and SVG charts, no external resources) next to the results; both open
-with the like-for-like ranking of steady-state throughput, one table per group, fastest first.
+to the group's best. ``write_report`` (pages.py) writes ``report.md`` and a self-contained
+``report.html`` (inline CSS and SVG charts, no external resources) next to the results, and the
+Rosetta view ``code.html`` beside them. Both reports open with a framework x workload grid of the
+headline figure per device and precision, then the like-for-like ranking, one table per group,
+fastest first; then the sweep view (a framework's variants and precisions side by side) and the
+cells that could not run, one list per reason.
 A report never crashes on partial data: missing workloads, cells that never succeeded, single
 repeats and absent metrics all render as "-".
 
@@ -16,15 +19,20 @@ other declared metric, each headed by its label and unit and formatted by its un
     frame.py       to_frame plus what only the report reads (init, options, step times, details)
     summary.py     statistics per row, the groups, the ranking, the validity checks
     formatting.py  one figure or cell as text
-    tables.py      the ranking, result, not-ranked, reference and details tables, "what had to be matched"
+    grid.py        the first screen: framework x workload grids, coloured by relative speed
+    sweep.py       one framework's variants and precisions side by side, with the versions it saw
+    tables.py      the ranking, result, not-ranked, reference and details tables, the not-run lists,
+                   "what had to be matched"
     chart.py       the SVG bar chart of a group's headline metric
     energy.py      the energy columns, table per workload and throughput-vs-energy chart
+    steps.py       the small SVG plot of a row's per-step times (warm-up and compilation visible)
+    code_view.py   code.html: each workload's implementations side by side, sections aligned
     metadata.py    what the run recorded about itself (run.json, provenance)
-    pages.py       the templates' context and writing report.md / report.html
+    pages.py       the templates' context and writing report.md / report.html / code.html
 """
 from orchestrator.report.frame import report_frame
-from orchestrator.report.pages import REFERENCE_LABEL, build_context, ranking_text, render
+from orchestrator.report.pages import REFERENCE_LABEL, WrittenReport, build_context, ranking_text, render, write_report
 from orchestrator.report.summary import summarise, workload_order
 
-__all__ = ["REFERENCE_LABEL", "build_context", "ranking_text", "render", "report_frame", "summarise",
-           "workload_order"]
+__all__ = ["REFERENCE_LABEL", "WrittenReport", "build_context", "ranking_text", "render", "report_frame", "summarise",
+           "workload_order", "write_report"]

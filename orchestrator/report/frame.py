@@ -42,6 +42,8 @@ def report_frame(results: list[Result]) -> pd.DataFrame:
     frame["step_times"] = [list(result.samples.batch_times_s or []) for result in results]
     frame["epoch_steps"] = [list(result.samples.epoch_steps or []) for result in results]
     frame["traces"] = [dict(result.samples.traces or {}) for result in results]
+    # inference: the untimed warm-up batches that ran before the timed ones (the step plot says so)
+    frame["warmup_batches"] = [_count(result.settings.get("warmup_batches")) for result in results]
     recorded: dict[str, set[str]] = {}
     for result in results:
         recorded.setdefault(result.cell.workload, set()).update(
@@ -133,6 +135,10 @@ def cluster_node(result: Result) -> str | None:
     if not name:
         return ", ".join(where) or None
     return f"{name} ({', '.join(where)})" if where else name
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _trains(workload: str) -> bool:

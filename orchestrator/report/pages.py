@@ -1,9 +1,12 @@
-"""The two pages: the context both templates print, and writing report.md and report.html.
+"""The pages: the context the templates print, and writing report.md, report.html and code.html.
 
-The templates live in orchestrator/templates/ (package data): report.md.j2 and report.html.j2.
+The templates live in orchestrator/templates/ (package data): report.md.j2, report.html.j2 (the
+report), ranking.md.j2 (its ranking alone, for a terminal) and code.html.j2 (the Rosetta view).
+The cell files are read once per report: one context serves every page and the terminal's text.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from pathlib import Path
@@ -12,18 +15,24 @@ import jinja2
 import pandas as pd
 
 from orchestrator.report.chart import chart_svg
+from orchestrator.report.code_view import code_context
 from orchestrator.report.energy import energy_section
 from orchestrator.report.formatting import markdown_cell
 from orchestrator.report.frame import report_frame
+from orchestrator.report.grid import grids
 from orchestrator.report.metadata import recorded_invocations, recorded_not_applicable, recorded_order, run_metadata
+from orchestrator.report.steps import step_plot
 from orchestrator.report.summary import empty_summary, notes, summarise, undeclared, workload_order
-from orchestrator.report.tables import (details_list, group_tables, matched_sections, not_applicable_row,
-                                        not_ranked_table, ranking_tables, reference_table)
+from orchestrator.report.sweep import sweep_tables
+from orchestrator.report.tables import (details_list, group_tables, matched_sections, not_ranked_table, not_run_lists,
+                                        ranking_tables, reference_table)
 from orchestrator.results import Unreadable, load_cells, load_reference
 from workloads.common import declaration, safe_files
+from workloads.common.declaration import TRAINING
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
+CODE_PAGE = "code.html"  # the Rosetta view, written beside report.html and linked from it
 REFERENCE_LABEL = ("Published reference (original study, 2018 — other hardware: K80/P100, CUDA 8/cuDNN 6; "
                    "not comparable to this host)")
 
@@ -45,16 +54,19 @@ def _environment() -> jinja2.Environment:
 
 
 def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: list[dict] = (),
-                  unreadable: list[Unreadable] = (), invocations: list[dict] = (), *, charts: bool = True) -> dict:
-    """Everything both templates print; the SVG charts are only used by the HTML one.
+                  unreadable: list[Unreadable] = (), invocations: list[dict] = (), *, charts: bool = True,
+                  variant_order: dict[str, list[str]] | None = None) -> dict:
+    """Everything the report's templates print; the SVG charts and step plots only by the HTML one.
 
     `frame`: orchestrator.report.frame.report_frame's (plain to_frame's works too, without the
     checks and details that need the raw results). `not_applicable`: the (framework, workload)
-    pairs the run asked for that a framework does not implement (run.json), each shown as a row
-    with its reason. `unreadable`: the cell files that could not be used, each listed with its
-    reason. `invocations`: run.json's records, for the cell order they may record. `charts`: draw
-    the SVG charts (only the HTML page shows them)."""
+    pairs the run asked for that a framework does not implement (run.json), listed by reason with
+    the unsupported cells. `unreadable`: the cell files that could not be used, each listed with
+    its reason. `invocations`: run.json's records, for the cell order they may record. `charts`:
+    draw the SVG charts and step plots (only the HTML page shows them). `variant_order`: each
+    framework's variants in declared order (the sweep view's "first variant")."""
     summaries = summarise(frame)
+    not_applicable = list(not_applicable)
     inapplicable = {}
     for item in not_applicable:
         inapplicable.setdefault(item["workload"], {}).setdefault(item["framework"], item)
@@ -71,8 +83,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
                            "chart_svg": chart_svg(group["rows"], workload, chart_id=f"chart-{anchor}") if charts
                            else None})
         not_ranked = not_ranked_table(summary, workload)
-        for framework, item in inapplicable.get(name, {}).items():
-            not_ranked["rows"].append(not_applicable_row(not_ranked["headers"], framework, item))
+        not_run = int((summary["status"] == "unsupported").sum()) + len(inapplicable.get(name, {}))
         ranking.append({
             "workload": name,
             "title": workload.title,
@@ -80,7 +91,12 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
             "better": headline.better,
             "groups": ranking_tables(summary, workload),
             "not_ranked": len(not_ranked["rows"]),
+            "not_run": not_run,
         })
+        details = details_list(summary)
+        for item in details:
+            plot = step_plot(item["step_series"], training=workload.kind == TRAINING) if charts else None
+            item["steps_svg"], item["steps_caption"] = (plot["svg"], plot["caption"]) if plot else (None, None)
         sections.append({
             "workload": name,
             "title": workload.title,
@@ -88,10 +104,11 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
             "better": headline.better,
             "groups": groups,
             "not_ranked": not_ranked if not_ranked["rows"] else None,
+            "not_run": not_run,
             "any_ok": bool((summary["status"] == "ok").any()),
             "only_not_applicable": summary.empty,
             "reference": reference_table(reference, workload),
-            "details": details_list(summary),
+            "details": details,
         })
     metadata = run_metadata(frame) + recorded_order(list(invocations))
     unknown = undeclared(frame["workload"].dropna().unique())
@@ -102,7 +119,10 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "metadata": metadata,
         "unreadable": [{"file": item.path.name, "reason": item.reason} for item in unreadable],
+        "grids": grids(summaries, not_applicable),
         "ranking": ranking,
+        "sweeps": sweep_tables(summaries, variant_order),
+        "not_run": not_run_lists(summaries, not_applicable),
         "sections": sections,
         "notes": notes(),
         "matched": matched_sections(frame),
@@ -112,7 +132,21 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "reference_label": REFERENCE_LABEL,
         # The study ran the full settings; a smoke run's times are not even on the same scale.
         "not_full_profile": bool(profiles - {"full"}),
+        "code_page": CODE_PAGE,
+        # code.html's context (code_view.code_context) needs these; kept out of the templates' way
+        "_summaries": summaries,
+        "_frame": frame,
     }
+
+
+@dataclasses.dataclass
+class WrittenReport:
+    """What ``write_report`` wrote (its three pages), and the ranking as text for a terminal."""
+
+    markdown: Path
+    html: Path
+    code: Path
+    ranking: str
 
 
 def _context(results_dir: Path, *, charts: bool = True) -> dict:
@@ -120,31 +154,57 @@ def _context(results_dir: Path, *, charts: bool = True) -> dict:
     frame = report_frame(loaded.results)
     invocations = recorded_invocations(results_dir)
     return build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
-                         unreadable=loaded.unreadable, invocations=invocations, charts=charts)
+                         unreadable=loaded.unreadable, invocations=invocations, charts=charts,
+                         variant_order=_variant_order())
+
+
+def _variant_order() -> dict[str, list[str]]:
+    """Each registered framework's variants in the order its metadata.toml declares them; nothing
+    for a checkout whose images/ cannot be read (the sweep view then orders variants by name)."""
+    from orchestrator import frameworks
+    from orchestrator.errors import UserError
+
+    try:
+        return {name: list(framework.variants) for name, framework in frameworks.discover().items()}
+    except (OSError, UserError):
+        return {}
 
 
 def ranking_text(results_dir: str | os.PathLike) -> str:
     """The report's first screen as Markdown text, for a terminal: the like-for-like steady-state
-    ranking of ``results_dir``, one table per group, fastest first (what report.md opens with)."""
-    context = _context(Path(results_dir), charts=False)
+    ranking of ``results_dir``, one table per group, fastest first (what report.md opens with after
+    its grid). ``write_report`` returns the same text without reading the cells again."""
+    return _ranking(_context(Path(results_dir), charts=False))
+
+
+def _ranking(context: dict) -> str:
     return _environment().get_template("ranking.md.j2").render(context)
 
 
-def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    """Load ``results_dir/cells/*.json`` and write ``report.md`` and ``report.html``.
-
-    The reports go into ``out_dir`` when given, else into ``results_dir``. Returns both paths.
-    """
+def write_report(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> WrittenReport:
+    """Load ``results_dir/cells/*.json`` once and write ``report.md``, ``report.html`` and the
+    Rosetta view ``code.html`` (into ``out_dir`` when given, else into ``results_dir``); returns
+    their paths and the ranking as terminal text."""
     results_dir = Path(results_dir)
     context = _context(results_dir)
     target = Path(out_dir) if out_dir is not None else results_dir
     safe_files.make_folder(target)
     environment = _environment()
-    markdown_path, html_path = target / "report.md", target / "report.html"
-    # both rendered before either is written; each written atomically, never through a link, so a
-    # full disk leaves the previous report (or none), never a truncated one
-    markdown = environment.get_template("report.md.j2").render(context)
-    html = environment.get_template("report.html.j2").render(context)
-    safe_files.write_text_atomic(markdown_path, markdown)
-    safe_files.write_text_atomic(html_path, html)
-    return markdown_path, html_path
+    markdown_path, html_path, code_path = target / "report.md", target / "report.html", target / CODE_PAGE
+    code = code_context(context["_summaries"], context["_frame"])
+    code.update(title=f"{context['title']}: the implementations side by side", generated_at=context["generated_at"],
+                metadata=context["metadata"])
+    # every page rendered before any is written; each written atomically, never through a link, so
+    # a full disk leaves the previous report (or none), never a truncated one
+    pages = {html_path: environment.get_template("report.html.j2").render(context),
+             markdown_path: environment.get_template("report.md.j2").render(context),
+             code_path: environment.get_template("code.html.j2").render(code)}
+    for path, text in pages.items():
+        safe_files.write_text_atomic(path, text)
+    return WrittenReport(markdown_path, html_path, code_path, ranking=_ranking(context))
+
+
+def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """Write the report (``write_report``) and return the paths of ``report.md`` and ``report.html``."""
+    written = write_report(results_dir, out_dir=out_dir)
+    return written.markdown, written.html

@@ -35,8 +35,11 @@ GPU, CPU = "GPU", "CPU"
 # The headline metric's statistics, then (in the middle) the other declared metrics, then these.
 STATISTICS = ["row_name", "group", "group_label", "status", "diverged", "note", "ok_repeats", "runs",
               "median", "min", "max", "relative_spread", "relative_to_best", "rank"]
-CHECKS = ["flags", "slow_steps", "traces", "details"]
-DETAILS = ["parameter_count", "device", "gpu_name", "framework_version"]
+CHECKS = ["flags", "slow_steps", "traces", "details", "step_series"]
+# cuda_version and cudnn_version as the framework saw them, gpu_driver as the cell recorded it: the
+# sweep view's columns.
+DETAILS = ["parameter_count", "device", "gpu_name", "framework_version", "cuda_version", "cudnn_version",
+           "gpu_driver"]
 LONGEST_NOTE = 300  # characters; a stderr tail belongs in the JSON, not in a table cell
 
 # The accuracy outlier rule: farther than max(OUTLIER_FLOOR, OUTLIER_MADS x MAD) from the median
@@ -134,6 +137,8 @@ def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("traces", "details"):
         if column not in frame:
             frame[column] = [{} for _ in range(len(frame))]
+    if "warmup_batches" not in frame:
+        frame["warmup_batches"] = None
     frame["init"] = frame["init"].fillna(CANONICAL_INIT)
     frame["options"] = frame["options"].fillna("")
     kinds, models = [], []
@@ -178,13 +183,16 @@ def _fill_unknown_devices(frame: pd.DataFrame) -> pd.DataFrame:
 
 def group_label(profile, data, device_kind, device_model, precision) -> str:
     """"GPU NVIDIA H200 · fp32 · full profile · real data"."""
+    return f"{device_label(device_kind, device_model)} · {precision} · {profile} profile · {data} data"
+
+
+def device_label(device_kind, device_model) -> str:
+    """"GPU NVIDIA H200", "CPU (model not recorded)", "device not recorded"."""
     if device_kind and device_model:
-        device = f"{device_kind} {device_model}"
-    elif device_kind:
-        device = f"{device_kind} (model not recorded)"
-    else:
-        device = "device not recorded"
-    return f"{device} · {precision} · {profile} profile · {data} data"
+        return f"{device_kind} {device_model}"
+    if device_kind:
+        return f"{device_kind} (model not recorded)"
+    return "device not recorded"
 
 
 def row_name(framework, options, init) -> str:
@@ -236,6 +244,10 @@ def _summarise_workload(workload: Workload, rows: pd.DataFrame) -> pd.DataFrame:
             device=distinct(shown, "device"),
             gpu_name=distinct(shown, "gpu_name"),
             framework_version=distinct(shown, "framework_version"),
+            cuda_version=distinct(shown, "cuda_version"),
+            cudnn_version=distinct(shown, "cudnn_version"),
+            gpu_driver=distinct(shown, "gpu_driver"),
+            step_series=_step_series(usable),
         )
         records.append(record)
     summary = pd.DataFrame(records, columns=summary_columns(workload))
@@ -369,6 +381,15 @@ def _slow_steps(usable: pd.DataFrame, workload: Workload) -> dict:
             if not found["slowest"] >= slowest:  # NaN-safe max
                 found["slowest"], found["median"] = slowest, median
     return found
+
+
+def _step_series(usable: pd.DataFrame) -> list[dict]:
+    """Each ok repeat's per-step times, for the row's step plot (orchestrator/report/steps.py)."""
+    return [{"repeat": int(repeat) if not _missing(repeat) else index, "times": list(times or []),
+             "epoch_steps": list(epoch_steps or []), "warmup_batches": None if _missing(warmup) else int(warmup)}
+            for index, (repeat, times, epoch_steps, warmup)
+            in enumerate(zip(usable["repeat"], usable["step_times"], usable["epoch_steps"], usable["warmup_batches"]))
+            if times]
 
 
 def _traces(usable: pd.DataFrame) -> dict[str, int]:

@@ -21,6 +21,7 @@ from workloads.common.declaration import Workload
 
 
 RANKING_HEADERS = ("#", "Framework", "Variant")
+UNSUPPORTED = "unsupported"
 
 
 def ranking_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
@@ -54,9 +55,9 @@ def group_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
 
 
 def not_ranked_table(summary: pd.DataFrame, workload: Workload) -> dict:
-    """The rows that are never ranked (failed, diverged, unsupported, timed out, invalid), with
-    their group and reason (they have no figures to show); the not-applicable rows are appended
-    to it by the caller."""
+    """The rows that ran and are never ranked (failed, diverged, timed out, invalid), with their
+    group and reason (they have no figures to show). Unsupported rows are not here: they are
+    listed by reason (not_run_lists)."""
     columns: list[tuple[str, Callable, bool]] = [
         ("Framework", lambda row: row["row_name"], False),
         ("Variant", lambda row: row["variant"], False),
@@ -67,7 +68,7 @@ def not_ranked_table(summary: pd.DataFrame, workload: Workload) -> dict:
         ("Version", lambda row: row["framework_version"] or "-", False),
         ("Status", _format_status, False),
     ]
-    return _table(summary[summary["status"] != "ok"], columns)
+    return _table(summary[~summary["status"].isin(["ok", UNSUPPORTED])], columns)
 
 
 def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[str, Callable, bool]]:
@@ -117,10 +118,11 @@ def _groups(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def details_list(summary: pd.DataFrame) -> list[dict]:
-    """Per row, the fast paths and provenance it recorded (frame.details), as (label, value) pairs."""
+    """Per row, the fast paths and provenance it recorded (frame.details), as (label, value) pairs,
+    and its ok repeats' per-step times (for the HTML page's step plot)."""
     return [{"row": f"{row['row_name']} · {row['variant']}", "group": row["group_label"],
-             "items": list((row["details"] or {}).items())}
-            for _, row in summary.iterrows() if row["details"]]
+             "items": list((row["details"] or {}).items()), "step_series": list(row["step_series"] or [])}
+            for _, row in summary.iterrows() if row["details"] or row["step_series"]]
 
 
 def reference_table(reference: pd.DataFrame, workload: Workload) -> dict | None:
@@ -157,11 +159,32 @@ def _published_heading(workload: Workload, metric: str, unit: str) -> str:
     return ", ".join(part for part in (metric.replace("_", " "), unit) if part) or "-"
 
 
-def not_applicable_row(headers: list[str], framework: str, item: dict) -> dict:
-    """A framework that does not implement the workload: its name, its variants and the reason."""
-    cells = {"Framework": framework, "Variant": ", ".join(item.get("variants") or []) or "-",
-             "Status": f"not applicable: {item.get('reason') or 'not implemented'}"}
-    return table_row([cells.get(header, "-") for header in headers], ok=False)
+def not_run_lists(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -> list[dict]:
+    """The cells that could not run here, one list per reason (not one table row each): every
+    unsupported row (its recorded reason) and every pair run.json says is not applicable (the
+    framework does not implement the workload). [{"reason", "cells": [names]}], the reasons in
+    order of first appearance (workloads in declared order), not-applicable ones last."""
+    lists: dict[str, list[str]] = {}
+    for workload in workload_order(summaries):
+        summary = summaries[workload]
+        for _, row in summary[summary["status"] == UNSUPPORTED].iterrows():
+            reason = row["note"] or UNSUPPORTED
+            name = f"{workload} · {row['row_name']} · {row['variant']} · {row['precision']}"
+            lists.setdefault(reason, []).append(name)
+    seen = set()
+    for item in sorted(not_applicable, key=lambda item: (_declared_index(item["workload"]), item["framework"])):
+        variants = ", ".join(item.get("variants") or [])
+        name = f"{item['workload']} · {item['framework']}" + (f" ({variants})" if variants else "")
+        if name in seen:  # several invocations into one folder record the same pair
+            continue
+        seen.add(name)
+        lists.setdefault(f"not applicable: {item.get('reason') or 'not implemented'}", []).append(name)
+    return [{"reason": reason, "cells": cells} for reason, cells in lists.items()]
+
+
+def _declared_index(workload: str) -> int:
+    declared = list(declaration.declared())
+    return declared.index(workload) if workload in declared else len(declared)
 
 
 def table_row(cells: list[str], *, ok: bool = True, flagged: bool = False) -> dict:
@@ -178,10 +201,14 @@ def matched_sections(frame: pd.DataFrame) -> list[dict]:
         items = []
         for workload in workload_order(rows["workload"].unique()):
             text = rows[rows["workload"] == workload]["matched"].iloc[0]
-            items.append({"workload": declaration.get(workload).title,
-                          "points": [point.strip() for point in text.split(" | ") if point.strip()]})
+            items.append({"workload": declaration.get(workload).title, "points": matched_points(text)})
         sections.append({"framework": framework, "workloads": items})
     return sections
+
+
+def matched_points(text: str) -> list[str]:
+    """A recorded "matched" extra (the module's MATCHED, joined with " | ") as its points."""
+    return [point.strip() for point in str(text).split(" | ") if point.strip()]
 
 
 def _format_parameters(row, expected: int | None) -> str:

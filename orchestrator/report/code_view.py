@@ -1,0 +1,183 @@
+"""The Rosetta view (code.html): each workload's implementations side by side, section by section.
+
+Every ``workloads/<workload>/<framework>.py`` is written with the same sections in the same order,
+each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run, parity;
+some frameworks add "loss and optimizer" or their own nets); what comes before the first marker
+is the file's header (its docstring, imports and MATCHED list). The files are read as text from
+this checkout and highlighted with Pygments, never imported (the host imports no framework), and
+their sections are aligned by name, so that two frameworks' models sit side by side.
+
+Next to each implementation: what it had to match (as the run recorded it from the module's
+MATCHED, the report's "What had to be matched"; else read from the file), and the run's measured
+headline figures of every framework the file serves (keras.py serves the three Keras 3 rows).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pandas as pd
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from orchestrator.report.formatting import format_relative, formatter
+from orchestrator.report.summary import device_label
+from orchestrator.report.tables import matched_points
+from workloads.common import declaration
+from workloads.common.naming import frameworks_of
+
+WORKLOADS_DIR = Path(__file__).resolve().parent.parent.parent / "workloads"
+SECTION_MARKER = re.compile(r"^# --- (?P<name>.+?) -*\s*$")
+HEADER_SECTION = "header"
+PREFERRED_PAIR = ("pytorch", "tensorflow")  # shown first; any two can be picked on the page
+CSS_CLASS = "highlight"
+
+
+def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
+                 workloads_dir: Path = WORKLOADS_DIR) -> dict:
+    """What code.html.j2 prints: per declared workload with implementation files, its aligned
+    section names and one entry per implementation (its sections as highlighted HTML, what it
+    had to match, the run's figures); the implementations to choose from and the default pair."""
+    formatter_ = HtmlFormatter(cssclass=CSS_CLASS, linenos="inline")
+    recorded = _recorded_matched(frame)
+    workloads, keys = [], []
+    for name, workload in declaration.declared().items():
+        files = sorted(path for path in (workloads_dir / name).glob("*.py") if path.name != "__init__.py")
+        if not files:
+            continue
+        implementations = []
+        for path in files:
+            key = _key(path.stem)
+            serves = frameworks_of(path.stem)
+            status = path.stat()
+            text, sections = _highlighted(path, status.st_mtime_ns, status.st_size)
+            matched, source = _matched(recorded, name, serves, text)
+            implementations.append({
+                "key": key, "serves": serves, "file": f"workloads/{name}/{path.name}",
+                "sections": sections,
+                "matched": matched, "matched_source": source,
+                "figures": _figures(summaries.get(name), serves, workload),
+            })
+            if key not in keys:
+                keys.append(key)
+        workloads.append({"workload": name, "title": workload.title, "description": workload.description,
+                          "section_names": aligned([list(item["sections"]) for item in implementations]),
+                          "implementations": implementations})
+    default = [key for key in PREFERRED_PAIR if key in keys]
+    default += [key for key in keys if key not in default][:2 - len(default)]
+    return {"workloads": workloads, "choices": [{"key": key, "serves": _served(workloads, key)} for key in keys],
+            "default_pair": default, "pygments_css": formatter_.get_style_defs(f".{CSS_CLASS}")}
+
+
+@functools.lru_cache(maxsize=256)
+def _highlighted(path: Path, modified_ns: int, size: int) -> tuple[str, dict[str, str]]:
+    """A workload file's text and its sections as highlighted HTML. Highlighting is most of what
+    the code view costs: kept per file version (its modification time and size), so a process that
+    writes several reports highlights each file once."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return text, {section: highlight(code, PythonLexer(), HtmlFormatter(cssclass=CSS_CLASS, linenos="inline",
+                                                                         linenostart=first_line))
+                  for section, (first_line, code) in split_sections(text).items()}
+
+
+def split_sections(text: str) -> dict[str, tuple[int, str]]:
+    """A workload file's sections by name, in file order: (first line number, code). The lines
+    before the first marker are the header; a marker line opens its section."""
+    sections: dict[str, tuple[int, list[str]]] = {}
+    name, start, lines = HEADER_SECTION, 1, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = SECTION_MARKER.match(line)
+        if match:
+            if lines:
+                sections[name] = (start, lines)
+            name, start, lines = match.group("name").strip(), number, []
+            while name in sections:  # a repeated marker keeps both parts apart
+                name += " (continued)"
+        lines.append(line)
+    if lines:
+        sections[name] = (start, lines)
+    return {section: (first, "\n".join(body).strip("\n") + "\n") for section, (first, body) in sections.items()}
+
+
+def aligned(orders: list[list[str]]) -> list[str]:
+    """One order of section names that keeps every file's own order where they agree: a name one
+    file has and the order so far lacks goes right after the name it follows in that file."""
+    merged: list[str] = []
+    for order in orders:
+        previous = None
+        for name in order:
+            if name not in merged:
+                merged.insert(merged.index(previous) + 1 if previous in merged else
+                              (0 if previous is None else len(merged)), name)
+            previous = name
+    return merged
+
+
+def read_matched(text: str) -> list[str]:
+    """The module's MATCHED tuple, read from its source without importing it ([] without one)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "MATCHED"
+                                                for target in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return []
+            return [str(point) for point in value] if isinstance(value, (tuple, list)) else []
+    return []
+
+
+def _key(stem: str) -> str:
+    """How the page names an implementation: its framework ("mxnet-module"), or "keras" for the
+    one file the Keras 3 rows share."""
+    serves = frameworks_of(stem)
+    return serves[0] if len(serves) == 1 else stem
+
+
+def _served(workloads: list[dict], key: str) -> list[str]:
+    for workload in workloads:
+        for item in workload["implementations"]:
+            if item["key"] == key:
+                return item["serves"]
+    return []
+
+
+def _recorded_matched(frame: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """What each (framework, workload) recorded it had to match in this run (provenance extras)."""
+    if "matched" not in frame:
+        return {}
+    known = frame.dropna(subset=["matched"])
+    return {(framework, workload): text for framework, workload, text
+            in zip(known["framework"], known["workload"], known["matched"]) if text}
+
+
+def _matched(recorded: dict, workload: str, serves: list[str], text: str) -> tuple[list[str], str]:
+    for framework in serves:
+        if (framework, workload) in recorded:
+            return matched_points(recorded[(framework, workload)]), "as this run recorded it"
+    return read_matched(text), "from the file (no result of this run records it)"
+
+
+def _figures(summary: pd.DataFrame | None, serves: list[str], workload: declaration.Workload) -> list[str]:
+    """The run's headline figure of every row of the frameworks the file serves, one line each."""
+    if summary is None or summary.empty:
+        return []
+    headline = workload.headline_metric
+    write = formatter(headline)
+    lines = []
+    for _, row in summary[summary["framework"].isin(serves)].iterrows():
+        where = (f"{row['row_name']} · {row['variant']} · {row['precision']} · "
+                 f"{device_label(row['device_kind'], row['device_model'])}")
+        if row["status"] == "ok" and pd.notna(row["median"]):
+            lines.append(f"{where}: {write(row['median'])} {headline.heading} "
+                         f"({format_relative(row['relative_to_best'])} the group's best, "
+                         f"median of {row['ok_repeats']})")
+        else:
+            lines.append(f"{where}: {row['note'] or row['status']}")
+    return lines

@@ -1,0 +1,104 @@
+"""report.html and code.html in a real headless Chromium (tests/browser.py): they render without
+console errors, the grid is on screen, and code.html shows the pair its address names.
+
+Skipped without Chromium (`apt-get install -y chromium fonts-dejavu-core`), except under
+ROSETTA_REQUIRE_DOCKER=1 (CI), where a missing browser fails."""
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+
+from orchestrator import report
+from browser import open_page, require_chromium
+from test_report_views import ONNX_NOT_APPLICABLE, inference, training, write
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    require_chromium()
+    folder = tmp_path_factory.mktemp("run")
+    results = [training("pytorch", rate, repeat=repeat, matched="dense kernels (out, in) | <b>not bold</b>")
+               for repeat, rate in enumerate([1000.0, 1200.0, 1400.0])]
+    results += [training("pytorch", 1000.0, variant="cu118", cuda="11.8"), training("jax", 900.0),
+                training("tensorflow", 600.0), training("jax", 0, variant="cpu", precision="fp16",
+                                                        status="unsupported", reason="fp16 needs a CUDA GPU"),
+                training("tensorflow", 500.0, workload="gru"), inference("pytorch", 400.0),
+                inference("onnxruntime", 800.0)]
+    write(folder, results, [ONNX_NOT_APPLICABLE])
+    return report.write_report(folder)
+
+
+class _Elements(HTMLParser):
+    """Every element's tag and attributes, in document order."""
+
+    def __init__(self, dom: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.feed(dom)
+
+    def handle_starttag(self, tag, attributes):
+        self.elements.append((tag, dict(attributes)))
+
+
+def shown_panes(dom: str) -> dict[str, set[str]]:
+    """Per framework, whether its panes are shown ("shown"), hidden ("hidden") or both."""
+    states: dict[str, set[str]] = {}
+    for tag, attributes in _Elements(dom).elements:
+        if tag == "div" and "pane" in (attributes.get("class") or "").split():
+            states.setdefault(attributes["data-framework"], set()).add("hidden" if "hidden" in attributes else "shown")
+    return states
+
+
+def body_pair(dom: str) -> str:
+    return next(attributes["data-pair"] for tag, attributes in _Elements(dom).elements if tag == "body")
+
+
+def test_the_report_renders_without_console_errors_and_shows_the_grid_first(pages):
+    page = open_page(pages.html)
+    assert page.console_errors == []
+    elements = _Elements(page.dom).elements
+    tables = [attributes for tag, attributes in elements if tag == "table"]
+    assert tables[0] == {"class": "grid", "id": "grid-1"}
+    assert '<td class="figure best"' in page.dom and "1,200 ★" in page.dom
+    assert any(tag == "svg" for tag, _ in elements)  # the charts and step plots are part of the page
+    assert ("a", {"href": "code.html"}) in elements
+
+
+def test_the_code_view_renders_without_console_errors_with_its_default_pair(pages):
+    page = open_page(pages.code)
+    assert page.console_errors == []
+    assert body_pair(page.dom) == "pytorch,tensorflow"
+    states = shown_panes(page.dom)
+    assert states["pytorch"] == states["tensorflow"] == {"shown"}
+    assert states["jax"] == states["keras"] == {"hidden"}
+    assert 'class="highlight"' in page.dom and "&lt;b&gt;not bold&lt;/b&gt;" in page.dom
+
+
+def test_the_address_picks_any_pair_left_and_right(pages):
+    page = open_page(pages.code, fragment="jax,mxnet-module")
+    assert page.console_errors == []
+    assert body_pair(page.dom) == "jax,mxnet-module"
+    states = shown_panes(page.dom)
+    assert states["jax"] == states["mxnet-module"] == {"shown"}
+    assert states["pytorch"] == states["tensorflow"] == {"hidden"}
+    orders = {attributes.get("style") for tag, attributes in _Elements(page.dom).elements
+              if tag == "div" and attributes.get("data-framework") == "jax"}
+    assert orders == {"order: 1;"}  # the left one is on the left, whatever the files' order
+    assert 'id="pair">jax and mxnet-module<' in page.dom
+    # a framework a shared file serves picks that file; a name no file serves keeps the default
+    assert body_pair(open_page(pages.code, fragment="keras-jax,pytorch").dom) == "keras,pytorch"
+    fallback = open_page(pages.code, fragment="nonsense")
+    assert fallback.console_errors == [] and body_pair(fallback.dom) == "pytorch,tensorflow"
+
+
+def test_the_helper_reports_a_pages_errors_and_nothing_else(tmp_path):
+    require_chromium()
+    noisy = tmp_path / "noisy.html"
+    noisy.write_text('<!DOCTYPE html><html><body><p id="x">x</p><script>console.log("fine"); console.warn("fine too");'
+                     'console.error("broken"); document.getElementById("x").textContent = location.hash;'
+                     "undefinedFunction();</script></body></html>")
+    page = open_page(noisy, fragment="here")
+    assert page.console_errors[0] == "console.error: broken"
+    assert len(page.console_errors) == 2 and "undefinedFunction is not defined" in page.console_errors[1]
+    assert '<p id="x">#here</p>' in page.dom
