@@ -102,3 +102,22 @@ def test_the_helper_reports_a_pages_errors_and_nothing_else(tmp_path):
     assert page.console_errors[0] == "console.error: broken"
     assert len(page.console_errors) == 2 and "undefinedFunction is not defined" in page.console_errors[1]
     assert '<p id="x">#here</p>' in page.dom
+
+
+def test_compare_html_renders_without_console_errors_and_shows_the_table(tmp_path):
+    """compare.html (orchestrator/compare.py) in the same browser: its table is there, the slowdown
+    reads "worse", and a hostile option string stays text."""
+    require_chromium()
+    from orchestrator.__main__ import main
+    from test_compare import HOSTILE_OPTION, SLOWER, STEADY, repeats, write_run
+
+    base = write_run(tmp_path / "base", repeats("pytorch", STEADY, options={"xla": HOSTILE_OPTION}))
+    new = write_run(tmp_path / "new", repeats("pytorch", SLOWER, options={"xla": HOSTILE_OPTION}))
+    assert main(["compare", str(base), str(new)]) == 1
+    page = open_page(new / "compare.html")
+    assert page.console_errors == []
+    elements = _Elements(page.dom).elements
+    assert ("table", {"id": "compare"}) in [(tag, {"id": attributes.get("id")}) for tag, attributes in elements
+                                           if tag == "table"]
+    assert "worse" in page.dom and "Mann-Whitney U" in page.dom
+    assert not any(tag == "img" for tag, _ in elements)  # the option's markup was escaped, never rendered
