@@ -98,12 +98,21 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     for wheel in _matching_wheels(variant, options.wheelhouse):
         files[f"build/wheels/{wheel.name}"] = wheel
     module = module_name(framework.name)
-    for path in sorted(WORKLOADS_DIR.rglob("*.py")):
-        relative = path.relative_to(WORKLOADS_DIR)
-        parts = relative.parts
-        if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
-                or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
-            files[f"workloads/{relative.as_posix()}"] = path
+    language = framework.language
+    if language.uses_python_environment:  # the Python package: the harness, and its runtime
+        for path in sorted(WORKLOADS_DIR.rglob("*.py")):
+            relative = path.relative_to(WORKLOADS_DIR)
+            parts = relative.parts
+            if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
+                    or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
+                files[f"workloads/{relative.as_posix()}"] = path
+    if language.suffix != "py":  # another language's: its entry script (workloads/cell.R) and workload files
+        for path in sorted(WORKLOADS_DIR.rglob(f"*.{language.suffix}")):
+            relative = path.relative_to(WORKLOADS_DIR)
+            if len(relative.parts) == 1 or path.stem == module:
+                files[f"workloads/{relative.as_posix()}"] = path
+    for name in language.project_files:  # e.g. Julia's Project.toml and Manifest.toml
+        files[f"build/{name}"] = framework.folder / name
     return files
 
 
