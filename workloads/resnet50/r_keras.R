@@ -44,7 +44,7 @@ resnet50_features <- function(s, data_format) {
       conv(width, 3, stride, paste0(name, "_conv2")) |> batch_norm(paste0(name, "_bn2")) |> layer_activation_relu() |>  # v1.5 stride
       conv(out_channels, 1, 1, paste0(name, "_conv3")) |> batch_norm(paste0(name, "_bn3"))
     shortcut <- x
-    if (stride != 1 || py_to_r(x$shape)[[if (channel_axis == 1L) 2L else 4L]] != out_channels) {
+    if (stride != 1 || x$shape[[if (channel_axis == 1L) 2L else 4L]] != out_channels) {
       shortcut <- x |>
         conv(out_channels, 1, stride, paste0(name, "_shortcut_conv")) |> batch_norm(paste0(name, "_shortcut_bn"))
     }
