@@ -14,6 +14,7 @@ import pandas as pd
 from orchestrator.report.chart import chart_svg
 from orchestrator.report.formatting import markdown_cell
 from orchestrator.report.frame import report_frame
+from orchestrator.report.languages import overhead_table
 from orchestrator.report.metadata import recorded_invocations, recorded_not_applicable, recorded_order, run_metadata
 from orchestrator.report.summary import empty_summary, notes, summarise, undeclared, workload_order
 from orchestrator.report.tables import (details_list, group_tables, matched_sections, not_applicable_row,
@@ -104,6 +105,8 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "ranking": ranking,
         "sections": sections,
         "notes": notes(),
+        # a row in another language over another row's engine (r-keras over keras-tf), against it
+        "language_overhead": overhead_table(summaries),
         "matched": matched_sections(frame),
         "missing_workloads": [name for name in declaration.declared()
                               if name not in summaries and name not in inapplicable],

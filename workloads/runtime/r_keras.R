@@ -31,6 +31,12 @@ select_device <- function(run) {
 }
 
 # --- layers, in R keras' idiom ------------------------------------------------------------------
+#
+# Each layer function applies a new layer to `object`, the tensor before it. R evaluates arguments
+# lazily: in `x |> conv() |> layer_dropout(0.25)` the Dropout layer would be created before the
+# promise of its input built the layers upstream. Keras draws a layer's default seed when the layer
+# is created, so that order would give the layers other seeds than keras-tf's (the same model, another
+# dropout stream): each function forces its input first, so layers are created in the Python order.
 
 shape_of <- function(shape) tuple(as.list(as.integer(unlist(shape))))
 
@@ -38,46 +44,66 @@ layer_input <- function(shape, dtype = "float32") keras$Input(shape = shape_of(s
 
 layer_conv_2d <- function(object, filters, kernel_size, strides = 1L, padding = "valid", use_bias = TRUE,
                           activation = NULL, data_format, name = NULL) {
+  force(object)
   keras$layers$Conv2D(as.integer(filters), as.integer(kernel_size), strides = as.integer(strides),
                       padding = padding, use_bias = use_bias, activation = activation,
                       data_format = data_format, name = name)(object)
 }
 
 layer_max_pooling_2d <- function(object, pool_size, strides = NULL, data_format) {
+  force(object)
   keras$layers$MaxPooling2D(as.integer(pool_size), strides = if (is.null(strides)) NULL else as.integer(strides),
                             data_format = data_format)(object)
 }
 
 layer_zero_padding_2d <- function(object, padding, data_format) {
+  force(object)
   keras$layers$ZeroPadding2D(as.integer(padding), data_format = data_format)(object)
 }
 
 layer_global_average_pooling_2d <- function(object, data_format) {
+  force(object)
   keras$layers$GlobalAveragePooling2D(data_format = data_format)(object)
 }
 
 layer_batch_normalization <- function(object, axis, momentum, epsilon, name) {
+  force(object)
   keras$layers$BatchNormalization(axis = as.integer(axis), momentum = momentum, epsilon = epsilon,
                                   name = name)(object)
 }
 
-layer_activation_relu <- function(object) keras$layers$ReLU()(object)
+layer_activation_relu <- function(object) {
+  force(object)
+  keras$layers$ReLU()(object)
+}
 
-layer_dropout <- function(object, rate) keras$layers$Dropout(rate)(object)
+layer_dropout <- function(object, rate) {
+  force(object)
+  keras$layers$Dropout(rate)(object)
+}
 
-layer_permute <- function(object, dims) keras$layers$Permute(shape_of(dims))(object)
+layer_permute <- function(object, dims) {
+  force(object)
+  keras$layers$Permute(shape_of(dims))(object)
+}
 
-layer_flatten <- function(object) keras$layers$Flatten()(object)
+layer_flatten <- function(object) {
+  force(object)
+  keras$layers$Flatten()(object)
+}
 
 layer_dense <- function(object, units, activation = NULL, name = NULL) {
+  force(object)
   keras$layers$Dense(as.integer(units), activation = activation, name = name)(object)
 }
 
 layer_embedding <- function(object, input_dim, output_dim, name = NULL) {
+  force(object)
   keras$layers$Embedding(as.integer(input_dim), as.integer(output_dim), name = name)(object)
 }
 
 layer_gru <- function(object, units, reset_after = TRUE, name = NULL) {
+  force(object)
   keras$layers$GRU(as.integer(units), reset_after = reset_after, name = name)(object)
 }
 
