@@ -50,8 +50,8 @@ class Language:
 
     def missing_reason(self) -> str:
         """Why a local cell cannot run on a host without the program: the report shows it."""
-        return (f"{self.name} is not installed here: no `{self.program}` on PATH; {self.install}"
-                if self.install else f"{self.name} is not installed here: no `{self.program}` on PATH")
+        reason = f"defined, not run here: {self.name} is not installed here: no `{self.program}` on PATH"
+        return f"{reason}; {self.install}" if self.install else reason
 
 
 PYTHON = Language()

@@ -8,6 +8,7 @@ same inputs give the same bytes and Docker's layer cache keeps working.
 from __future__ import annotations
 
 import hashlib
+import tomllib
 import io
 import os
 import re
@@ -63,11 +64,24 @@ class BuildOptions:
 def pinned_version(framework: Framework, variant: Variant) -> str:
     """The framework package's pinned version, without a local label (tags cannot hold '+')."""
     package = _normalise(variant.package or framework.package or framework.name)
+    if variant.requirements.name == "Project.toml":  # Julia's pins: [compat] Knet = "=1.4.10"
+        return _julia_pin(variant.requirements, package)
     for requirement in _requirement_lines(variant.requirements):
         name, _, version = requirement.partition("==")
         if _normalise(name) == package and version:
             return version.strip().split("+")[0]
     raise UserError(f"{variant.requirements}: no `{package}==<version>` pin; every variant pins its framework")
+
+
+def _julia_pin(project: Path, package: str) -> str:
+    try:
+        compat = tomllib.loads(project.read_text()).get("compat", {})
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{project}: not valid TOML ({error})") from error
+    for name, version in compat.items():
+        if _normalise(name) == package and str(version).startswith("=") and "," not in str(version):
+            return str(version).lstrip("=").strip()
+    raise UserError(f"{project}: no [compat] pin `{package} = \"=<version>\"`; every variant pins its framework")
 
 
 def image_repository(framework: str, registry: str | None = None) -> str:
