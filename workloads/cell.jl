@@ -117,6 +117,10 @@ function refuse(problem::String)
 end
 
 function main(arguments)
+    if arguments == ["--help"]  # the image's default command
+        println("usage: julia workloads/cell.jl --cell FILE  (the cell document: workloads/common/cell.py)")
+        return EXIT_OK
+    end
     (length(arguments) == 2 && arguments[1] == "--cell") || refuse("usage: julia workloads/cell.jl --cell FILE")
     document = try
         JSON3.read(read(arguments[2], String))
