@@ -175,5 +175,10 @@ def load_framework(folder: Path) -> Framework:
 
 def discover(images_dir: Path = IMAGES_DIR) -> dict[str, Framework]:
     """Every framework registered under images/, by name."""
-    return {folder.name: load_framework(folder)
-            for folder in sorted(images_dir.iterdir()) if (folder / "metadata.toml").is_file()}
+    found = {folder.name: load_framework(folder)
+             for folder in sorted(images_dir.iterdir()) if (folder / "metadata.toml").is_file()}
+    for framework in found.values():
+        if framework.environment is not None and framework.environment not in found:
+            raise UserError(f"{framework.folder}/metadata.toml: environment = {framework.environment!r} names no "
+                            f"framework; name the one whose Python environment its cells share (e.g. keras-tf)")
+    return found

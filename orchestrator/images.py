@@ -8,11 +8,11 @@ same inputs give the same bytes and Docker's layer cache keeps working.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 import io
 import os
 import re
 import tarfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable

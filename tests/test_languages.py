@@ -262,3 +262,11 @@ def test_the_r_row_passes_parity_with_pytorch(tmp_path):
     assert completed.returncode == 0, (completed.stderr[-3000:], table)
     rows = [line for line in table.splitlines() if line.startswith("| ") and "| r-keras |" in line]
     assert len(rows) == 5 and all("| pass |" in row for row in rows), table  # 2 cnn + 1 resnet50 + 2 gru outputs
+
+
+def test_an_environment_of_no_framework_is_refused(tmp_path):
+    folder = write_metadata(tmp_path / "somefw", 'name = "R"\nsuffix = "R"\ncommand = ["Rscript"]\n')
+    text = (folder / "metadata.toml").read_text()
+    (folder / "metadata.toml").write_text('environment = "keras-tff"\n' + text)
+    with pytest.raises(UserError, match="environment = 'keras-tff' names no framework"):
+        frameworks.discover(tmp_path)
