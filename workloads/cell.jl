@@ -50,7 +50,8 @@ function Run(document)
         "cpu_model" => Sys.cpu_info()[1].model, "cpu_count" => Sys.CPU_THREADS,
         "interpreter" => joinpath(Sys.BINDIR, "julia"), "user_id" => Int(ccall(:getuid, Cint, ())),
         "git_revision" => get(ENV, "ROSETTA_GIT_REVISION", nothing))
-    Run(cell, string(get(document, :device, "auto")), get(document, :parity, nothing), () -> nothing,
+    parity = get(document, :parity, nothing)
+    Run(cell, string(get(document, :device, "auto")), parity === nothing ? nothing : string(parity), () -> nothing,
         Dict{String,Float64}(), Dict{String,Any}(), Dict{String,Any}("batch_times_s" => Float64[]), provenance,
         Dict{String,String}("language" => "Julia", "julia_version" => string(VERSION)), Dict{String,Any}(),
         Dict{String,Any}(), Dates.format(now(UTC), "yyyy-mm-ddTHH:MM:SS") * "+00:00")

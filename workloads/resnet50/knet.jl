@@ -101,11 +101,12 @@ function (model::ResNet50Features)(x)  # x: (224, 224, 3, N) -> (2048, N)
 end
 
 # Knet's own initialisers (xavier kernels, unit gamma): what --init framework means here.
-function conv_bn(atype, in, out, size, stride; arrays = nothing, conv = "", bn = "")
+function conv_bn(atype, in_channels, out_channels, size, stride; arrays = nothing, conv = "", bn = "")
     statistic(v) = atype(reshape(v, 1, 1, :, 1))
     if arrays === nothing
-        kernel, gamma, beta = xavier(Float32, size, size, in, out), ones(Float32, out), zeros(Float32, out)
-        mean_, variance = zeros(Float32, out), ones(Float32, out)
+        kernel = xavier(Float32, size, size, in_channels, out_channels)
+        gamma, beta = ones(Float32, out_channels), zeros(Float32, out_channels)
+        mean_, variance = zeros(Float32, out_channels), ones(Float32, out_channels)
     else
         kernel = permutedims(arrays["$(conv).kernel"], (4, 3, 2, 1))  # OIHW -> (W, H, I, O)
         gamma, beta = arrays["$(bn).gamma"], arrays["$(bn).beta"]
@@ -117,19 +118,22 @@ end
 
 function resnet50_features(atype; arrays = nothing)
     # canonical names: "<block>.conv1" with "<block>.bn1", ..., "<block>.shortcut.conv" with "<block>.shortcut.bn"
-    layer(in, out, size, stride, conv, bn) = conv_bn(atype, in, out, size, stride; arrays = arrays, conv = conv, bn = bn)
+    layer(from, to, size, stride, conv, bn) = conv_bn(atype, from, to, size, stride; arrays = arrays, conv = conv, bn = bn)
     stem = layer(3, 64, 7, 2, "stem.conv", "stem.bn")
     blocks = Bottleneck[]
-    in = 64
+    channels = 64  # into the next block
     for (stage, (width, count, first_stride)) in enumerate(STAGES), block in 0:count-1
         name = "stage$(stage).block$(block)"
         stride = block == 0 ? first_stride : 1
-        out = width * EXPANSION
-        shortcut = (stride != 1 || in != out) ? layer(in, out, 1, stride, "$(name).shortcut.conv", "$(name).shortcut.bn") : nothing
-        push!(blocks, Bottleneck(layer(in, width, 1, 1, "$(name).conv1", "$(name).bn1"),
+        out_channels = width * EXPANSION
+        shortcut = nothing
+        if stride != 1 || channels != out_channels
+            shortcut = layer(channels, out_channels, 1, stride, "$(name).shortcut.conv", "$(name).shortcut.bn")
+        end
+        push!(blocks, Bottleneck(layer(channels, width, 1, 1, "$(name).conv1", "$(name).bn1"),
                                  layer(width, width, 3, stride, "$(name).conv2", "$(name).bn2"),
-                                 layer(width, out, 1, 1, "$(name).conv3", "$(name).bn3"), shortcut))
-        in = out
+                                 layer(width, out_channels, 1, 1, "$(name).conv3", "$(name).bn3"), shortcut))
+        channels = out_channels
     end
     return ResNet50Features(stem, blocks)
 end
