@@ -13,12 +13,17 @@ What the template reads (images/<fw>/metadata.toml unless said otherwise):
                                                        at run time when the base lacks the library
       keep = ["setuptools"]                            build tools the framework imports at run time
                                                        (pip, setuptools and wheel are removed otherwise)
+      packages = ["r-base-core"]                       apt packages the image always installs (a
+                                                       language's runtime: R and reticulate)
+- the `[language]` table (orchestrator/frameworks.py): its command is the image's ENTRYPOINT, with
+  `{python}` the environment's python and `{workloads}` /opt/rosetta/workloads.
 An image that truly differs keeps images/<fw>/Dockerfile.j2, which extends the template and replaces
 the blocks that differ (CNTK's Ubuntu 18.04 base and OpenMPI); a plain images/<fw>/Dockerfile is used
 as written.
 """
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -31,7 +36,9 @@ from workloads.common import naming
 TEMPLATE = "Dockerfile.j2"
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 BUILD_TOOLS = ("pip", "setuptools", "wheel")  # removed from the environment once it is installed
-IMAGE_KEYS = {"env", "system_libraries", "keep"}
+IMAGE_KEYS = {"env", "system_libraries", "keep", "packages"}
+IMAGE_PYTHON = "python"  # the environment's interpreter in the image: /opt/venv/bin comes first on PATH
+IMAGE_WORKLOADS = "/opt/rosetta/workloads"  # where the template copies the workloads package
 CONSTRAINTS_FILE = "build/build-constraints.txt"  # where the build context carries build_constraints
 
 
@@ -98,7 +105,10 @@ def template_values(framework: Framework) -> dict:
         "system_libraries": [{"package": package, "library": library, "pattern": library.replace(".", r"\.")}
                              for package, library in libraries.items()],
         "runtime_packages": ["python3"] * python_from_apt + list(libraries),
+        "packages": list(declared.get("packages", ())),
         "env": env,
+        # JSON is the exec form's syntax: ["python", "-m", "workloads"] for every Python framework
+        "entrypoint": json.dumps(framework.language.command_line(python=IMAGE_PYTHON, workloads=IMAGE_WORKLOADS)),
     }
 
 
@@ -112,6 +122,9 @@ def image_table(framework: Framework) -> dict:
     for key in ("env", "system_libraries"):
         if not isinstance(declared.get(key, {}), dict):
             raise UserError(f"{where} {key} must be a table, e.g. {key} = {{ NAME = \"value\" }}")
+    packages = declared.get("packages", [])
+    if not (isinstance(packages, list) and all(isinstance(package, str) and package for package in packages)):
+        raise UserError(f"{where} packages must be a list of apt package names, e.g. packages = [\"r-base-core\"]")
     wrong = set(declared.get("keep", ())) - set(BUILD_TOOLS)
     if wrong:
         raise UserError(f"{where} keep names {', '.join(sorted(wrong))}; it can keep {', '.join(BUILD_TOOLS)}")

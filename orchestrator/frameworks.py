@@ -1,7 +1,8 @@
 """Framework discovery: a folder is the registration.
 
 A framework is `images/<name>/metadata.toml` (its variants and their pinned requirements) plus
-`workloads/<workload>/<name>.py` for each workload it implements. Nothing else lists them.
+`workloads/<workload>/<name>.<suffix>` for each workload it implements (`.py` unless its
+`[language]` table names another language). Nothing else lists them.
 """
 from __future__ import annotations
 
@@ -17,6 +18,43 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = PROJECT_ROOT / "images"
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 DEVICES = ("cpu", "cuda")
+# The placeholders a cell command may hold; each backend fills them in (workloads/ADDING_A_FRAMEWORK.md).
+PYTHON_PLACEHOLDER = "{python}"  # the interpreter of the framework's environment
+WORKLOADS_PLACEHOLDER = "{workloads}"  # the workloads folder as the cell sees it
+LANGUAGE_KEYS = {"name", "command", "suffix", "program", "install", "project_files"}
+
+
+@dataclass(frozen=True)
+class Language:
+    """How a framework's cells run: metadata.toml's `[language]` table, Python's unless it has one.
+
+    Whatever the language, a cell is `<command> --cell FILE` (the cell document) and ends with one
+    result JSON and an exit code: the contract in workloads/ADDING_A_FRAMEWORK.md."""
+
+    name: str = "Python"
+    command: tuple[str, ...] = (PYTHON_PLACEHOLDER, "-m", "workloads")  # the backend appends --cell FILE
+    suffix: str = "py"  # workloads/<workload>/<module>.<suffix>
+    program: str | None = None  # what the host must have on PATH to run a cell locally (Rscript, julia)
+    install: str = ""  # how to get that program, named in the reason when it is missing
+    project_files: tuple[str, ...] = ()  # images/<fw>/ files the image needs beside the workloads (Project.toml)
+
+    @property
+    def uses_python_environment(self) -> bool:
+        """Whether its cells need the framework's Python environment (R's reticulate does; Julia not)."""
+        return any(PYTHON_PLACEHOLDER in part for part in self.command)
+
+    def command_line(self, *, python: str, workloads: str) -> list[str]:
+        """The command with its placeholders filled in (without --cell FILE, which the backend adds)."""
+        return [part.replace(PYTHON_PLACEHOLDER, python).replace(WORKLOADS_PLACEHOLDER, workloads)
+                for part in self.command]
+
+    def missing_reason(self) -> str:
+        """Why a local cell cannot run on a host without the program: the report shows it."""
+        reason = f"defined, not run here: {self.name} is not installed here: no `{self.program}` on PATH"
+        return f"{reason}; {self.install}" if self.install else reason
+
+
+PYTHON = Language()
 
 
 @dataclass(frozen=True)
@@ -50,14 +88,27 @@ class Framework:
     runtime: str | None = None  # workloads/runtime/<runtime>.py, when shared (mxnet-module uses mxnet's)
     notes: str = ""
     image: dict = field(default_factory=dict)  # metadata.toml's [image] table (orchestrator/dockerfiles.py)
+    language: Language = PYTHON
+    # whose Python environment the local backend gives its cells: its own, or another framework's
+    # with the same requirements (r-keras runs on keras-tf's: the same engine, one environment)
+    environment: str | None = None
     extra: dict = field(default_factory=dict)
 
     def not_applicable(self) -> dict[str, str]:
         """The workloads this framework does not implement, each with the reason the report shows
         (metadata.toml's [not_applicable] table, e.g. an inference engine's training workloads)."""
         reasons = self.extra.get("not_applicable", {})
-        return {workload: reasons.get(workload, f"not implemented (no workloads/{workload}/{module_name(self.name)}.py)")
+        return {workload: reasons.get(workload, f"not implemented (no workloads/{workload}/{self.source_name})")
                 for workload in WORKLOADS if workload not in self.workloads}
+
+    @property
+    def source_name(self) -> str:
+        """The file name of each of its workloads: workloads/<workload>/<this>."""
+        return f"{module_name(self.name)}.{self.language.suffix}"
+
+    @property
+    def environment_name(self) -> str:
+        return self.environment or self.name
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
@@ -66,8 +117,28 @@ class Framework:
         return self.variants[name]
 
 
-def implemented_workloads(framework: str, workloads_dir: Path = WORKLOADS_DIR) -> tuple[str, ...]:
-    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{module_name(framework)}.py").is_file())
+def implemented_workloads(framework: str, workloads_dir: Path = WORKLOADS_DIR, suffix: str = "py") -> tuple[str, ...]:
+    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{module_name(framework)}.{suffix}").is_file())
+
+
+def load_language(table: dict, metadata_file: Path) -> Language:
+    """metadata.toml's [language] table, checked: a misspelt key must not silently run Python."""
+    if not table:
+        return PYTHON
+    unknown = set(table) - LANGUAGE_KEYS
+    if unknown:
+        raise UserError(f"{metadata_file}: [language] has unknown keys {', '.join(sorted(unknown))}; "
+                        f"known: {', '.join(sorted(LANGUAGE_KEYS))}")
+    command = table.get("command")
+    if not (isinstance(command, list) and command and all(isinstance(part, str) and part for part in command)):
+        raise UserError(f"{metadata_file}: [language] needs command = [\"program\", \"argument\", ...], "
+                        "the command a cell runs (the backend appends --cell FILE)")
+    program = None if command[0] == PYTHON_PLACEHOLDER else table.get("program", command[0])
+    for key in ("name", "suffix"):
+        if not isinstance(table.get(key), str) or not table[key]:
+            raise UserError(f"{metadata_file}: [language] needs {key} = \"...\" (e.g. name = \"R\", suffix = \"R\")")
+    return Language(name=table["name"], command=tuple(command), suffix=table["suffix"].lstrip("."), program=program,
+                    install=table.get("install", ""), project_files=tuple(table.get("project_files", ())))
 
 
 def load_framework(folder: Path) -> Framework:
@@ -90,16 +161,24 @@ def load_framework(folder: Path) -> Framework:
     if not variants:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))
-    known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime", "image"}
+    known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime", "image",
+             "language", "environment"}
+    language = load_language(metadata.get("language", {}), metadata_file)
     return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
                      variants=variants, default_variant=default_variant,
-                     workloads=implemented_workloads(folder.name), python=metadata.get("python"),
+                     workloads=implemented_workloads(folder.name, suffix=language.suffix), python=metadata.get("python"),
                      package=metadata.get("package"), runtime=metadata.get("runtime"),
                      notes=metadata.get("notes", ""), image=metadata.get("image", {}),
+                     language=language, environment=metadata.get("environment"),
                      extra={k: v for k, v in metadata.items() if k not in known})
 
 
 def discover(images_dir: Path = IMAGES_DIR) -> dict[str, Framework]:
     """Every framework registered under images/, by name."""
-    return {folder.name: load_framework(folder)
-            for folder in sorted(images_dir.iterdir()) if (folder / "metadata.toml").is_file()}
+    found = {folder.name: load_framework(folder)
+             for folder in sorted(images_dir.iterdir()) if (folder / "metadata.toml").is_file()}
+    for framework in found.values():
+        if framework.environment is not None and framework.environment not in found:
+            raise UserError(f"{framework.folder}/metadata.toml: environment = {framework.environment!r} names no "
+                            f"framework; name the one whose Python environment its cells share (e.g. keras-tf)")
+    return found

@@ -12,6 +12,7 @@ import io
 import os
 import re
 import tarfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -63,11 +64,24 @@ class BuildOptions:
 def pinned_version(framework: Framework, variant: Variant) -> str:
     """The framework package's pinned version, without a local label (tags cannot hold '+')."""
     package = _normalise(variant.package or framework.package or framework.name)
+    if variant.requirements.name == "Project.toml":  # Julia's pins: [compat] Knet = "=1.4.10"
+        return _julia_pin(variant.requirements, package)
     for requirement in _requirement_lines(variant.requirements):
         name, _, version = requirement.partition("==")
         if _normalise(name) == package and version:
             return version.strip().split("+")[0]
     raise UserError(f"{variant.requirements}: no `{package}==<version>` pin; every variant pins its framework")
+
+
+def _julia_pin(project: Path, package: str) -> str:
+    try:
+        compat = tomllib.loads(project.read_text()).get("compat", {})
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{project}: not valid TOML ({error})") from error
+    for name, version in compat.items():
+        if _normalise(name) == package and str(version).startswith("=") and "," not in str(version):
+            return str(version).lstrip("=").strip()
+    raise UserError(f"{project}: no [compat] pin `{package} = \"=<version>\"`; every variant pins its framework")
 
 
 def image_repository(framework: str, registry: str | None = None) -> str:
@@ -98,12 +112,21 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     for wheel in _matching_wheels(variant, options.wheelhouse):
         files[f"build/wheels/{wheel.name}"] = wheel
     module = module_name(framework.name)
-    for path in sorted(WORKLOADS_DIR.rglob("*.py")):
-        relative = path.relative_to(WORKLOADS_DIR)
-        parts = relative.parts
-        if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
-                or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
-            files[f"workloads/{relative.as_posix()}"] = path
+    language = framework.language
+    if language.uses_python_environment:  # the Python package: the harness, and its runtime
+        for path in sorted(WORKLOADS_DIR.rglob("*.py")):
+            relative = path.relative_to(WORKLOADS_DIR)
+            parts = relative.parts
+            if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
+                    or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
+                files[f"workloads/{relative.as_posix()}"] = path
+    if language.suffix != "py":  # another language's: its entry script (workloads/cell.R) and workload files
+        for path in sorted(WORKLOADS_DIR.rglob(f"*.{language.suffix}")):
+            relative = path.relative_to(WORKLOADS_DIR)
+            if len(relative.parts) == 1 or path.stem == module:
+                files[f"workloads/{relative.as_posix()}"] = path
+    for name in language.project_files:  # e.g. Julia's Project.toml and Manifest.toml
+        files[f"build/{name}"] = framework.folder / name
     return files
 
 

@@ -115,6 +115,10 @@ def pip_command(requirements: Path, python: str, glibc: tuple[int, int], scratch
 def check_variant(framework: Framework, variant: Variant, run=subprocess.run) -> PinCheck:
     python = variant.python or framework.python or f"{sys.version_info.major}.{sys.version_info.minor}"
     result = PinCheck(framework.name, variant.name, python, base_glibc(variant.base_image))
+    if not framework.language.uses_python_environment:  # Julia's Project.toml: pip has nothing to check
+        result.unchecked = (f"{framework.language.name}'s pins ({variant.requirements.name}) are not pip's; "
+                            "its own package manager checks them when the image is built")
+        return result
     pins = pinned(variant.requirements)
     result.pins = len(pins)
     # a constraints file in the host's pip configuration is the host's, not the image's; the rest of

@@ -135,7 +135,7 @@ def test_parity_refuses_a_timeout_out_of_range(in_tmp, capsys, timeout):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--option", "xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of "
-                             "tensorflow, keras-tf: select one with --frameworks"),
+                             "tensorflow, keras-tf, r-keras: select one with --frameworks"),
     (["--option", "channels_last=diagonal"], "--option channels_last=diagonal refused: option "
                                              "channels_last='diagonal' for pytorch: choose from off, on"),
     (["--option", "channels_last"], "--option 'channels_last': give NAME=VALUE"),

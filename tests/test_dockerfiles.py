@@ -1,4 +1,6 @@
 """Framework Dockerfiles rendered from images/Dockerfile.j2 and each framework's metadata."""
+import json
+
 import pytest
 
 from orchestrator import dockerfiles, frameworks, images
@@ -27,6 +29,11 @@ def test_every_framework_renders_a_complete_dockerfile(name):
     assert f"ARG BASE_IMAGE={dockerfiles.variant_base(default)}\n" in text
     assert f"    ROSETTA_FRAMEWORK={name} \\\n" in text
     assert "USER 10001:10001" in text and "useradd --uid 10001" in text  # non-root, as the Docker backend expects
+    # the entry point is the framework's cell command (python -m workloads unless [language] says otherwise)
+    command = framework.language.command_line(python="python", workloads="/opt/rosetta/workloads")
+    assert f"ENTRYPOINT {json.dumps(command)}\n" in text
+    if not framework.language.uses_python_environment:  # Julia: no Python environment to build
+        return
     assert "-r /build/requirements.txt" in text and "export PIP_CERT=/build/ca-bundle.crt" in text
     for variable, value in naming.environment(name).items():
         assert f"    {variable}={value} \\\n" in text

@@ -129,7 +129,7 @@ def test_command_line_options_go_to_every_selected_framework_that_declares_them(
 
 @pytest.mark.parametrize("argument, expected", [
     (["xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of tensorflow, "
-                 "keras-tf: select one with --frameworks"),
+                 "keras-tf, r-keras: select one with --frameworks"),
     (["colour=red"], "--option colour: no selected framework (pytorch) declares it; options: "),
     (["channels_last=sideways"], "--option channels_last=sideways refused: option channels_last='sideways' for "
                                  "pytorch: choose from off, on"),

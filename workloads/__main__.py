@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
@@ -153,14 +153,23 @@ def out_problem(out: str) -> Optional[str]:
     return None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def import_workload(cell: Cell):
+    """The Python module of the cell's workload: workloads/<workload>/<module>.py."""
+    return importlib.import_module(f"workloads.{cell.workload}.{naming.module_name(cell.framework)}")
+
+
+def main(argv: Optional[List[str]] = None, load_workload: Optional[Callable[[Cell], Any]] = None) -> int:
+    """Run one cell; its exit code. ``load_workload(cell)`` returns the object whose ``run`` and
+    ``parity`` (and optional ``MATCHED``) the cell calls: the Python module by default; a workload in
+    another language passes its own (workloads/common/foreign.py), everything else stays this code."""
     request = parse_args(argv)
     cell = request.cell
-    choices = available_frameworks(cell.workload)
-    if cell.framework not in choices:
-        print(f"error: no {cell.workload} workload for framework {cell.framework!r}; "
-              f"choose from {', '.join(choices)}", file=sys.stderr)
-        return 2
+    if load_workload is None:
+        choices = available_frameworks(cell.workload)
+        if cell.framework not in choices:
+            print(f"error: no {cell.workload} workload for framework {cell.framework!r}; "
+                  f"choose from {', '.join(choices)}", file=sys.stderr)
+            return 2
     cell.options = options.check(cell.framework, cell.options)  # defaults dropped: the same cell either way
     out = result_path(request)
     run = Run(cell, device=request.device, data_dir=request.data_dir)
@@ -171,7 +180,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if request.onnx_model:
             os.environ["ROSETTA_ONNX_MODEL"] = request.onnx_model  # read by workloads/runtime/onnxruntime.py
         start = time.perf_counter()
-        module = importlib.import_module(f"workloads.{cell.workload}.{naming.module_name(cell.framework)}")
+        module = (load_workload or import_workload)(cell)
         run.result.phases["framework_import"] = time.perf_counter() - start
         run.result.provenance.extras["matched"] = " | ".join(getattr(module, "MATCHED", ()))
         if request.parity:

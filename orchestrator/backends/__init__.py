@@ -1,7 +1,8 @@
 """Backends run one cell each and hand back its Result; they share the contract's host half here.
 
 A backend writes the cell document (`cell_request`, workloads/common/cell.py) into the cell's work
-folder, runs `python -m workloads --cell FILE` somewhere (a virtual environment, a container), then
+folder, runs the framework's cell command with `--cell FILE` somewhere (`python -m workloads` in a
+virtual environment or a container, or another language's: metadata.toml's [language]), then
 `collect` turns the exit code and the JSON file it wrote into the final Result: exit 0 = ok,
 EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
 """
@@ -143,7 +144,7 @@ CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folde
 
 def cell_request(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None,
                  export_onnx: str | None = None, onnx_model: str | None = None) -> CellRequest:
-    """The cell document every backend hands to `python -m workloads --cell FILE`, its paths as the
+    """The cell document every backend hands to the cell command (`... --cell FILE`), its paths as the
     workload sees them: `data_dir`, the dataset folder; `parity` and `onnx_model`, folders relative
     to it; `export_onnx`, the export's folder; `out`, the result file."""
     root = data_dir.rstrip("/")

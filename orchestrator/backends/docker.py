@@ -1,6 +1,7 @@
 """The Docker backend: each cell in a fresh, locked-down container of its framework's image.
 
-The image's ENTRYPOINT is `python -m workloads`, so the container's command is `--cell
+The image's ENTRYPOINT is the framework's cell command (`python -m workloads`, or the command its
+metadata's [language] table names: images/Dockerfile.j2), so the container's command is `--cell
 /results/cell.json`: the cell document every backend writes (`cell_request`), with the paths as
 the container sees them. The container gets no network, no capabilities, a read-only root
 filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,

@@ -97,7 +97,9 @@ class LocalBackend:
             digest.update(variant.build_constraints.read_bytes())
         python = _python_for(variant)
         digest.update((sys.version if python == sys.executable else python).encode())
-        return self.cache_dir / "venvs" / f"{framework}-{variant.name}-{digest.hexdigest()[:12]}"
+        # named after the framework whose environment it is: r-keras shares keras-tf's (same requirements)
+        owner = self.frameworks[framework].environment_name if framework in self.frameworks else framework
+        return self.cache_dir / "venvs" / f"{owner}-{variant.name}-{digest.hexdigest()[:12]}"
 
     def interpreter(self, framework: str, variant_name: str) -> str:
         """The Python that runs this framework's cells, building its environment on first use."""
@@ -145,7 +147,10 @@ class LocalBackend:
     # --- cells ----------------------------------------------------------------------------------
 
     def unsupported_reason(self, cell, variant: Variant) -> str | None:
-        if problem := self._python_mismatch(variant):
+        language = self.frameworks[cell.framework].language
+        if language.program and not shutil.which(language.program):
+            return language.missing_reason()  # R or Julia not installed on this host
+        if language.uses_python_environment and (problem := self._python_mismatch(variant)):
             return problem
         if variant.device != "cuda":
             return None
@@ -171,8 +176,11 @@ class LocalBackend:
 
     def run_cell(self, job: CellJob) -> Result:
         cell = job.cell
+        language = self.frameworks[cell.framework].language
+        python = None
         try:
-            python = self.interpreter(cell.framework, cell.variant)
+            if language.uses_python_environment:
+                python = self.interpreter(cell.framework, cell.variant)
         except EnvironmentBuildError as error:
             return Result(cell=cell, status="failed", reason=str(error))
         work = job.work_dir
@@ -187,7 +195,8 @@ class LocalBackend:
             request = cell_request(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
                                    parity=job.parity, onnx_model=job.onnx_model,
                                    export_onnx=str(job.export_dir) if job.export_dir else None)
-            command = [python, "-m", "workloads", "--cell", str(write_cell_document(request, work))]
+            command = language.command_line(python=python or "", workloads=str(source / "workloads"))
+            command += ["--cell", str(write_cell_document(request, work))]
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
             with safe_files.open_no_follow(job.log_path) as log:
                 exit_code = run_in_own_process_group(command, timeout=job.timeout, stdout=log,
@@ -197,7 +206,7 @@ class LocalBackend:
                              timed_out_after=job.timeout if exit_code is None else None)
         finally:  # ok, failed, timed out or interrupted (Ctrl-C, SIGTERM, SIGHUP): no work folder stays
             remove_work(self.log, work)
-        result.provenance.interpreter = result.provenance.interpreter or python
+        result.provenance.interpreter = result.provenance.interpreter or python or language.program
         return result
 
     def _cell_environment(self, work: Path, source: Path, job: CellJob) -> dict[str, str]:

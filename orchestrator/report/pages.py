@@ -20,6 +20,7 @@ from orchestrator.report.energy import energy_section
 from orchestrator.report.formatting import markdown_cell
 from orchestrator.report.frame import report_frame
 from orchestrator.report.grid import grids
+from orchestrator.report.languages import overhead_table
 from orchestrator.report.metadata import recorded_invocations, recorded_not_applicable, recorded_order, run_metadata
 from orchestrator.report.steps import step_plot
 from orchestrator.report.summary import empty_summary, notes, summarise, undeclared, workload_order
@@ -125,6 +126,8 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "not_run": not_run_lists(summaries, not_applicable),
         "sections": sections,
         "notes": notes(),
+        # a row in another language over another row's engine (r-keras over keras-tf), against it
+        "language_overhead": overhead_table(summaries),
         "matched": matched_sections(frame),
         "energy": energy_section(frame, charts=charts),
         "missing_workloads": [name for name in declaration.declared()

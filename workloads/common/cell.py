@@ -1,6 +1,7 @@
 """The cell document: everything the host asks of one workload run, in one JSON file.
 
-A backend writes it into the cell's work folder and runs ``python -m workloads --cell FILE``;
+A backend writes it into the cell's work folder and runs ``python -m workloads --cell FILE`` (or
+another language's entry script, workloads/cell.R or workloads/cell.jl, which read the same file);
 run by hand, ``python -m workloads cnn --framework pytorch ... --out result.json`` builds the same
 document from its arguments. Standard library only (Python 3.6): the host and every image share it.
 

@@ -9,6 +9,9 @@ from typing import Dict, List
 
 KERAS_BACKENDS = {"keras-tf": "tensorflow", "keras-jax": "jax", "keras-torch": "torch"}
 KERAS2_BACKENDS = {"keras-cntk": "cntk"}  # Keras 2.2, chosen by the same variable
+# R's Keras is the Python Keras 3 reached through reticulate (workloads/<workload>/r_keras.R): the
+# embedded Python reads the same variable before its import.
+R_KERAS_BACKENDS = {"r-keras": "tensorflow"}
 
 
 def module_name(framework: str) -> str:
@@ -24,7 +27,7 @@ def frameworks_of(module: str) -> List[str]:
 
 def environment(framework: str) -> Dict[str, str]:
     """Variables to set before the framework is imported (baked into its image too)."""
-    backend = KERAS_BACKENDS.get(framework) or KERAS2_BACKENDS.get(framework)
+    backend = KERAS_BACKENDS.get(framework) or KERAS2_BACKENDS.get(framework) or R_KERAS_BACKENDS.get(framework)
     return {"KERAS_BACKEND": backend} if backend else {}
 
 

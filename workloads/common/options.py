@@ -41,6 +41,7 @@ EXECUTOR = Option("executor", ("async_scheduling", "simple"), "async_scheduling"
 OPTIONS = {
     "tensorflow": (XLA,),
     "keras-tf": (XLA,),
+    "r-keras": (XLA,),  # the same Keras on TensorFlow, reached from R
     "pytorch": (CHANNELS_LAST,),
     "paddle": (CHANNELS_LAST,),
     "mindspore": (ONEDNN_MAX_CPU_ISA,),
