@@ -142,7 +142,7 @@ def test_the_knet_workload_has_the_sections_of_every_row():
     assert sections == sorted(sections)
     assert "const MATCHED = [" in text and "function run(run)" in text and "function parity(run, folder)" in text
     entry = (ROOT / "workloads/cell.jl").read_text()
-    for fact in ("CELL_DOCUMENT_VERSION = 2", "SCHEMA_VERSION = 2", "EXIT_UNSUPPORTED = 0, 1, 2, 3"):
+    for fact in ("CELL_DOCUMENT_VERSION", "SCHEMA_VERSION", "EXIT_UNSUPPORTED"):
         assert fact.split(" = ")[0] in entry
     from workloads.common.cell import CELL_DOCUMENT_VERSION
     from workloads.common.result import SCHEMA_VERSION

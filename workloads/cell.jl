@@ -14,7 +14,7 @@ using Printf
 using Statistics
 
 const CELL_DOCUMENT_VERSION = 2  # workloads/common/cell.py
-const SCHEMA_VERSION = 2          # workloads/common/result.py
+const SCHEMA_VERSION = 3          # workloads/common/result.py
 const EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_UNSUPPORTED = 0, 1, 2, 3
 
 """Raised where the cell cannot run here (a GPU the host lacks, a precision the row does not run)."""
@@ -34,6 +34,7 @@ mutable struct Run
     parity::Union{Nothing,String}
     sync::Function            # set by the workload once the device is known
     phases::Dict{String,Float64}
+    phase_spans::Dict{String,Vector{Vector{Float64}}}  # wall-clock [start, end] per phase: the host's energy attribution
     metrics::Dict{String,Any}
     samples::Dict{String,Any}
     provenance::Dict{String,Any}
@@ -52,7 +53,8 @@ function Run(document)
         "git_revision" => get(ENV, "ROSETTA_GIT_REVISION", nothing))
     parity = get(document, :parity, nothing)
     Run(cell, string(get(document, :device, "auto")), parity === nothing ? nothing : string(parity), () -> nothing,
-        Dict{String,Float64}(), Dict{String,Any}(), Dict{String,Any}("batch_times_s" => Float64[]), provenance,
+        Dict{String,Float64}(), Dict{String,Vector{Vector{Float64}}}(), Dict{String,Any}(),
+        Dict{String,Any}("batch_times_s" => Float64[]), provenance,
         Dict{String,String}("language" => "Julia", "julia_version" => string(VERSION)), Dict{String,Any}(),
         Dict{String,Any}(), Dates.format(now(UTC), "yyyy-mm-ddTHH:MM:SS") * "+00:00")
 end
@@ -60,10 +62,11 @@ end
 """Time `f()` as phase `name`, the device synchronised before both clock reads."""
 function phase(f, run::Run, name::String)
     run.sync()
-    start = time_ns()
+    began, start = time(), time_ns()
     value = f()
     run.sync()
     run.phases[name] = get(run.phases, name, 0.0) + (time_ns() - start) / 1e9
+    push!(get!(run.phase_spans, name, Vector{Float64}[]), [began, time()])
     return value
 end
 
@@ -72,6 +75,7 @@ features on the host (the copy included: docs/FAIRNESS.md, host-copy)."""
 function timed_batches(forward, run::Run, batches)
     times = run.samples["batch_times_s"]
     features = nothing
+    began = time()
     for batch in batches
         run.sync()
         start = time_ns()
@@ -80,6 +84,7 @@ function timed_batches(forward, run::Run, batches)
         push!(times, (time_ns() - start) / 1e9)
     end
     run.phases["inference"] = sum(times)
+    run.phase_spans["inference"] = [[began, time()]]
     return features
 end
 
@@ -102,7 +107,8 @@ function write_result(run::Run, out::String, status::String, reason)
     run.provenance["extras"] = run.extras
     record = Dict{String,Any}(
         "schema_version" => SCHEMA_VERSION, "cell" => run.cell, "status" => status, "reason" => reason,
-        "started_at" => run.started_at, "phases" => run.phases, "metrics" => run.metrics,
+        "started_at" => run.started_at, "phases" => run.phases, "phase_spans" => run.phase_spans,
+        "metrics" => run.metrics,
         "samples" => run.samples, "settings" => run.settings, "provenance" => run.provenance,
         "outputs" => run.outputs)
     temporary = joinpath(dirname(abspath(out)), "." * basename(out) * ".tmp")
