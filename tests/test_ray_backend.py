@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_signal_dispositions
 from orchestrator import frameworks
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
@@ -386,8 +387,9 @@ def test_stopping_the_driver_leaves_no_container_on_any_node(cluster, sleeping_i
                cluster.address, "--node-backend", "docker", "--pull", "--registry", TEST_REGISTRY,
                "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,gru", "--profile", "smoke",
                "--data", "synthetic", "--no-report", "--results-dir", str(tmp_path / "run"), "--timeout", "300"]
+    # Ctrl-C as at a terminal, even when this test run was started in the background (SIGINT ignored)
     driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**cluster.environment, "COLUMNS": "300"})
+                              env={**cluster.environment, "COLUMNS": "300"}, preexec_fn=default_signal_dispositions)
     try:
         for _ in range(600):  # both cells running, one per node
             if len(client.containers.list(filters={"ancestor": tag, "status": "running"})) == 2 \
