@@ -65,10 +65,21 @@ class LockEntry:
 
     def label_checks(self) -> dict[str, str]:
         """Image label -> the value this entry says it must have."""
-        return {f"{images.LABEL}.framework": self.framework, f"{images.LABEL}.variant": self.variant,
-                images.REVISION_LABEL: self.source_revision,
-                f"{images.LABEL}.requirements-sha256": self.requirements_sha256,
-                images.SOURCES_LABEL: self.sources_sha256}
+        return {label: getattr(self, name) for name, label in LABELLED_FIELDS.items()}
+
+
+# The entry's fields that are the image's own labels (images.image_labels): `publish` reads them
+# from the image, `pull` checks the image against them.
+LABELLED_FIELDS = {"framework": f"{images.LABEL}.framework", "variant": f"{images.LABEL}.variant",
+                   "source_revision": images.REVISION_LABEL,
+                   "requirements_sha256": f"{images.LABEL}.requirements-sha256",
+                   "sources_sha256": images.SOURCES_LABEL,
+                   "framework_version": f"{images.LABEL}.framework-version"}
+
+
+def entry_from_labels(labels: dict[str, str], **fields) -> LockEntry:
+    """An entry from what the registry returned (`fields`) and the pushed image's labels."""
+    return LockEntry(**{name: labels.get(label, "") for name, label in LABELLED_FIELDS.items()}, **fields)
 
 
 def read(path: Path | None = None) -> dict[tuple[str, str], LockEntry]:

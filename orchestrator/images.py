@@ -345,7 +345,7 @@ def publish(client, framework: Framework, variant: Variant, options: BuildOption
             log: Log = print) -> dict:
     """Build (the same context as `build`), push to `registry`, and return what the lock records,
     read back from the registry: the digest it answers for the pushed manifest and its platform,
-    with the labels the image carries (what it was built from)."""
+    and the labels the image carries (what it was built from: image_lock.LABELLED_FIELDS)."""
     from dataclasses import replace
 
     image = build(client, framework, variant, replace(options, registry=None), log=log)
@@ -364,12 +364,8 @@ def publish(client, framework: Framework, variant: Variant, options: BuildOption
                                                    "architecture": image.attrs.get("Architecture")}]
     platform = "/".join(part for part in (platforms[0].get("os"), platforms[0].get("architecture"),
                                           platforms[0].get("variant")) if part)
-    labels = image.labels or {}
     return {"repository": repository.rsplit("/", 1)[1], "tag": target.rsplit(":", 1)[1], "digest": digest,
-            "platform": platform, "source_revision": labels.get(REVISION_LABEL, ""),
-            "requirements_sha256": labels.get(f"{LABEL}.requirements-sha256", ""),
-            "sources_sha256": labels.get(SOURCES_LABEL, ""),
-            "framework_version": labels.get(f"{LABEL}.framework-version", "")}
+            "platform": platform, "labels": image.labels or {}}
 
 
 def image_digest(image) -> str | None:

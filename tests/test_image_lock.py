@@ -87,7 +87,7 @@ def test_verify_refuses_another_digest_or_other_labels():
     labels = {"io.rosetta-bench.framework": "pytorch", "io.rosetta-bench.variant": "cpu",
               "org.opencontainers.image.revision": "0" * 40,
               "io.rosetta-bench.requirements-sha256": pinned.requirements_sha256,
-              images.SOURCES_LABEL: pinned.sources_sha256}
+              images.SOURCES_LABEL: pinned.sources_sha256, "io.rosetta-bench.framework-version": "2.13.0"}
     image_lock.verify(_Image([reference], labels), pinned, reference)
     with pytest.raises(UserError, match="does not match images.lock's sha256:aaaa"):
         image_lock.verify(_Image(["127.0.0.1:5000/rosetta-pytorch@sha256:" + "b" * 64], labels), pinned, reference)

@@ -54,8 +54,8 @@ def publish_images(options: images.BuildOptions = images.BuildOptions(), *, fram
     published = []
     for framework, variant in selected:
         fields = images.publish(client, framework, variant, options, target, log=console.print)
-        entry = image_lock.LockEntry(framework=framework.name, variant=variant.name, registry=target,
-                                     published=image_lock.now(), **fields)
+        entry = image_lock.entry_from_labels(fields.pop("labels"), registry=target, published=image_lock.now(),
+                                             **fields)
         entries[(framework.name, variant.name)] = entry
         path = image_lock.write(entries, lock)
         console.print(f"pinned {entry.reference()} in {path}")
