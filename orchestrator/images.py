@@ -96,6 +96,16 @@ def base_image(variant: Variant, options: BuildOptions) -> str:
     return options.base_image or dockerfiles.variant_base(variant)
 
 
+def build_arguments(variant: Variant, options: BuildOptions, dockerfile: bytes) -> dict[str, str]:
+    """BASE_IMAGE for every image (one Dockerfile serves all variants); VARIANT_CUDA, the variant's CUDA
+    release ("" on a CPU variant), only for a Dockerfile that declares it: the Julia row fetches that
+    toolkit while it builds, since CUDA.jl would otherwise download it in the cell, which has no network."""
+    arguments = {"BASE_IMAGE": base_image(variant, options)}
+    if re.search(rb"^ARG VARIANT_CUDA\b", dockerfile, re.M):
+        arguments["VARIANT_CUDA"] = variant.cuda or ""
+    return arguments
+
+
 # --- build context --------------------------------------------------------------------------------
 
 def context_files(framework: Framework, variant: Variant, options: BuildOptions) -> dict[str, Path | bytes]:
@@ -165,7 +175,13 @@ def build_context(files: dict[str, Path | bytes]) -> bytes:
 
 
 def requirements_hash(variant: Variant) -> str:
-    return hashlib.sha256(variant.requirements.read_bytes()).hexdigest()
+    """The variant's pins as one digest: its requirements file, and for Julia also the Manifest.toml
+    beside the Project.toml (the exact version of every package, not only the direct ones)."""
+    digest = hashlib.sha256(variant.requirements.read_bytes())
+    manifest = variant.requirements.with_name("Manifest.toml")
+    if variant.requirements.name == "Project.toml" and manifest.is_file():
+        digest.update(manifest.read_bytes())
+    return digest.hexdigest()
 
 
 def sources_hash(framework: Framework, variant: Variant) -> str:
@@ -199,8 +215,9 @@ def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
 def dry_run(framework: Framework, variant: Variant, options: BuildOptions) -> str:
     """What a build would send: tag, base image, labels, the Dockerfile and the context's files."""
     files = context_files(framework, variant, options)
-    lines = [f"# image: {image_tag(framework, variant, options.registry)}",
-             f"# build argument BASE_IMAGE={base_image(variant, options)}"]
+    lines = [f"# image: {image_tag(framework, variant, options.registry)}"]
+    lines += [f"# build argument {name}={value}"
+              for name, value in build_arguments(variant, options, files["Dockerfile"]).items()]
     lines += [f"# label {key}={value}" for key, value in image_labels(framework, variant).items()]
     lines += ["", files["Dockerfile"].decode().rstrip(), "", "# build context:"]
     for name in sorted(files):
@@ -219,7 +236,8 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     tag = image_tag(framework, variant, options.registry)
     base = base_image(variant, options)
     ensure_base_image(client, base)
-    context = build_context(context_files(framework, variant, options))
+    files = context_files(framework, variant, options)
+    context = build_context(files)
     log_dir = options.log_dir or Path.home() / ".cache" / "rosetta-bench" / "build-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', tag)}.log"
@@ -228,7 +246,7 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     with open(log_path, "w") as stream:
         try:
             chunks = client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
-                                      forcerm=True, pull=False, decode=True, buildargs={"BASE_IMAGE": base},
+                                      forcerm=True, pull=False, decode=True, buildargs=build_arguments(variant, options, files["Dockerfile"]),
                                       labels=image_labels(framework, variant))
             for chunk in chunks:
                 text = chunk.get("stream", "")

@@ -6,6 +6,7 @@ backend (R from Debian, keras-tf's cached environment): skipped without Rscript,
 where CI requires every engine (ROSETTA_REQUIRE_DOCKER=1, as the Docker tests)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,7 +31,14 @@ from workloads.common.result import EXIT_UNSUPPORTED, Cell, Metrics, Provenance,
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
-JULIA_STDLIBS = {"Dates", "Pkg", "Printf", "Random", "Statistics"}
+# Julia 1.8.5's standard libraries: they ship with Julia, so a manifest gives them no source tree hash.
+JULIA_STDLIBS = {
+    "ArgTools", "Artifacts", "Base64", "CompilerSupportLibraries_jll", "Dates", "Downloads", "FileWatching",
+    "InteractiveUtils", "LazyArtifacts", "LibCURL", "LibCURL_jll", "LibGit2", "LibSSH2_jll", "Libdl",
+    "LinearAlgebra", "Logging", "Markdown", "MbedTLS_jll", "Mmap", "MozillaCACerts_jll", "NetworkOptions",
+    "OpenBLAS_jll", "OpenLibm_jll", "Pkg", "Printf", "REPL", "Random", "SHA", "Serialization", "Sockets",
+    "SparseArrays", "Statistics", "TOML", "Tar", "Test", "UUIDs", "Unicode", "Zlib_jll", "libblastrampoline_jll",
+    "nghttp2_jll", "p7zip_jll"}
 
 
 # --- the contract: a framework's metadata names its cell command ------------------------------------
@@ -110,13 +118,26 @@ def test_the_julia_image_context_holds_its_workload_and_project_and_no_python():
     knet = REGISTRY["knet"]
     for variant in knet.variants.values():
         files = images.context_files(knet, variant, images.BuildOptions())
-        assert {"Dockerfile", "build/Project.toml", "workloads/cell.jl", "workloads/resnet50/knet.jl"} <= set(files)
+        assert {"Dockerfile", "build/Project.toml", "build/Manifest.toml", "workloads/cell.jl",
+                "workloads/resnet50/knet.jl"} <= set(files)
         assert not any(name.startswith("workloads/") and name.endswith(".py") for name in files)
         text = files["Dockerfile"].decode()
-        assert "ARG BASE_IMAGE=julia:" in text and "COPY build/Project.toml /opt/rosetta/julia/Project.toml" in text
+        assert "ARG BASE_IMAGE=julia:" in text and "COPY build/Project.toml build/Manifest.toml /opt/rosetta/julia/" in text
         assert 'ENTRYPOINT ["julia", "--project=/opt/rosetta/julia", "--startup-file=no", ' \
                '"/opt/rosetta/workloads/cell.jl"]' in text
     assert images.image_tag(knet, knet.variants["cpu"]) == "rosetta-knet:cpu-1.4.10"
+
+
+def test_only_the_julia_cuda_image_gets_its_cuda_release_to_fetch_at_build_time():
+    knet, pytorch, options = REGISTRY["knet"], REGISTRY["pytorch"], images.BuildOptions()
+    dockerfile = images.context_files(knet, knet.variants["cuda"], options)["Dockerfile"]
+    assert images.build_arguments(knet.variants["cuda"], options, dockerfile) == {
+        "BASE_IMAGE": knet.variants["cuda"].base_image, "VARIANT_CUDA": knet.variants["cuda"].cuda}
+    assert images.build_arguments(knet.variants["cpu"], options, dockerfile)["VARIANT_CUDA"] == ""
+    variant = pytorch.variants["cpu"]
+    python_dockerfile = images.context_files(pytorch, variant, options)["Dockerfile"]
+    assert set(images.build_arguments(variant, options, python_dockerfile)) == {"BASE_IMAGE"}
+    assert "# build argument VARIANT_CUDA=11.7" in images.dry_run(knet, knet.variants["cuda"], options)
 
 
 def test_the_julia_project_pins_every_package_it_names():
@@ -126,6 +147,52 @@ def test_the_julia_project_pins_every_package_it_names():
         assert re.fullmatch(r"=\d+\.\d+\.\d+", compat.get(package, "")), (package, compat.get(package))
     assert re.fullmatch(r"=\d+\.\d+\.\d+", compat["julia"])
     assert knet_version_in_base_image() == compat["julia"].lstrip("=")
+
+
+def julia_manifest() -> dict[str, dict]:
+    manifest = tomllib.loads((ROOT / "images/knet/Manifest.toml").read_text())
+    assert manifest["manifest_format"] == "2.0"
+    for name, versions in manifest["deps"].items():
+        assert len(versions) == 1, f"{name}: one version per package in an environment"
+    return {"julia_version": manifest["julia_version"]} | {name: versions[0] for name, versions in manifest["deps"].items()}
+
+
+def test_the_julia_manifest_pins_the_whole_closure_of_the_project_and_nothing_else():
+    """Pkg.instantiate() installs exactly what the manifest lists: every package the project reaches must
+    be there with its version and source tree hash (a standard library with neither), and the project's
+    exact pins must be the manifest's versions; an entry nothing reaches would be a leftover."""
+    project = tomllib.loads((ROOT / "images/knet/Project.toml").read_text())
+    manifest = julia_manifest()
+    assert manifest.pop("julia_version") == project["compat"]["julia"].lstrip("=") == knet_version_in_base_image()
+    reached, waiting = set(), list(project["deps"])
+    while waiting:
+        name = waiting.pop()
+        assert name in manifest, f"{name} is needed but not in Manifest.toml"
+        if name not in reached:
+            reached.add(name)
+            waiting.extend(manifest[name].get("deps", []))
+    assert reached == set(manifest), f"in Manifest.toml but needed by nothing: {sorted(set(manifest) - reached)}"
+    for name, uuid in project["deps"].items():
+        assert manifest[name]["uuid"] == uuid, name
+    for name, entry in manifest.items():
+        assert re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", entry["uuid"]), name
+        if name in JULIA_STDLIBS:
+            assert "git-tree-sha1" not in entry, name
+        else:
+            assert re.fullmatch(r"[0-9a-f]{40}", entry.get("git-tree-sha1", "")), f"{name}: no source tree hash"
+            assert re.fullmatch(r"\d+\.\d+\.\d+(\+\d+)?", entry.get("version", "")), f"{name}: no version"
+    for name, pin in project["compat"].items():
+        if name != "julia":
+            assert manifest[name]["version"] == pin.lstrip("="), name
+    uuids = [entry["uuid"] for entry in manifest.values()]
+    assert len(uuids) == len(set(uuids))
+
+
+def test_the_julia_manifest_is_part_of_the_pins_the_image_lock_records():
+    variant = REGISTRY["knet"].variants["cpu"]
+    folder = ROOT / "images/knet"
+    expected = hashlib.sha256((folder / "Project.toml").read_bytes() + (folder / "Manifest.toml").read_bytes())
+    assert images.requirements_hash(variant) == expected.hexdigest()
 
 
 def knet_version_in_base_image() -> str:
@@ -148,6 +215,38 @@ def test_the_knet_workload_has_the_sections_of_every_row():
     from workloads.common.result import SCHEMA_VERSION
     assert f"const CELL_DOCUMENT_VERSION = {CELL_DOCUMENT_VERSION}" in entry
     assert f"const SCHEMA_VERSION = {SCHEMA_VERSION}" in entry
+
+
+def julia_syntax_errors(source: bytes) -> list[str]:
+    """Where tree-sitter's Julia grammar finds no valid Julia: the syntax check a host without Julia can do."""
+    import tree_sitter
+    import tree_sitter_julia
+    tree = tree_sitter.Parser(tree_sitter.Language(tree_sitter_julia.language())).parse(source)
+    found, waiting = [], [tree.root_node]
+    while waiting:
+        node = waiting.pop()
+        if node.type == "ERROR" or node.is_missing:
+            found.append(f"line {node.start_point[0] + 1}: {node.text[:60]!r}")
+        waiting.extend(node.children)
+    return found
+
+
+def test_the_julia_files_parse_and_load_only_what_the_project_pins():
+    assert julia_syntax_errors(b"function f(x)\n    x +\nend\nf(1,,2)\n")  # the check can fail
+    project = tomllib.loads((ROOT / "images/knet/Project.toml").read_text())
+    files = sorted((ROOT / "workloads").rglob("*.jl"))
+    assert {path.name for path in files} == {"cell.jl", "knet.jl"}
+    for path in files:
+        source = path.read_bytes()
+        assert julia_syntax_errors(source) == [], path
+        for package in re.findall(r"^(?:using|import) (\w+)", source.decode(), re.M):
+            assert package in project["deps"], f"{path.name} loads {package}, which Project.toml does not name"
+    knet = REGISTRY["knet"]
+    dockerfile = images.context_files(knet, knet.variants["cuda"], images.BuildOptions())["Dockerfile"].decode()
+    snippets = re.findall(r"julia [^']*-e '([^']*)'", dockerfile.replace("\\\n", "\n"))
+    assert len(snippets) == 2  # instantiate and precompile; the CUDA variant's artifacts
+    for snippet in snippets:
+        assert julia_syntax_errors(snippet.encode()) == [], snippet
 
 
 def julia_dict(text: str, name: str) -> dict:

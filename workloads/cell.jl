@@ -9,7 +9,7 @@
 # pass is its own untimed phase, one sample per timed batch, the median batch makes the metrics.
 
 using Dates
-using JSON3
+using JSON
 using Printf
 using Statistics
 
@@ -45,14 +45,14 @@ mutable struct Run
 end
 
 function Run(document)
-    cell = Dict{String,Any}(String(k) => v for (k, v) in pairs(document[:cell]))
+    cell = Dict{String,Any}(document["cell"])
     provenance = Dict{String,Any}(
         "platform" => string(Sys.KERNEL, "-", Sys.MACHINE), "hostname" => gethostname(),
         "cpu_model" => Sys.cpu_info()[1].model, "cpu_count" => Sys.CPU_THREADS,
         "interpreter" => joinpath(Sys.BINDIR, "julia"), "user_id" => Int(ccall(:getuid, Cint, ())),
         "git_revision" => get(ENV, "ROSETTA_GIT_REVISION", nothing))
-    parity = get(document, :parity, nothing)
-    Run(cell, string(get(document, :device, "auto")), parity === nothing ? nothing : string(parity), () -> nothing,
+    parity = get(document, "parity", nothing)
+    Run(cell, string(get(document, "device", "auto")), parity === nothing ? nothing : string(parity), () -> nothing,
         Dict{String,Float64}(), Dict{String,Vector{Vector{Float64}}}(), Dict{String,Any}(),
         Dict{String,Any}("batch_times_s" => Float64[]), provenance,
         Dict{String,String}("language" => "Julia", "julia_version" => string(VERSION)), Dict{String,Any}(),
@@ -113,7 +113,7 @@ function write_result(run::Run, out::String, status::String, reason)
         "outputs" => run.outputs)
     temporary = joinpath(dirname(abspath(out)), "." * basename(out) * ".tmp")
     open(temporary, "w") do stream
-        JSON3.write(stream, record)
+        JSON.print(stream, record)
     end
     mv(temporary, out; force = true)
 end
@@ -130,15 +130,15 @@ function main(arguments)
     end
     (length(arguments) == 2 && arguments[1] == "--cell") || refuse("usage: julia workloads/cell.jl --cell FILE")
     document = try
-        JSON3.read(read(arguments[2], String))
+        JSON.parse(read(arguments[2], String))
     catch error
         refuse("--cell $(arguments[2]): cannot read the cell document ($(sprint(showerror, error)))")
     end
-    version = get(document, :version, nothing)
+    version = get(document, "version", nothing)
     version == CELL_DOCUMENT_VERSION ||
         refuse("--cell $(arguments[2]): cell document version $(version); this image reads version $(CELL_DOCUMENT_VERSION)")
     run = Run(document)
-    out = string(document[:out])
+    out = string(document["out"])
     workload, framework = run.cell["workload"], run.cell["framework"]
     file = joinpath(@__DIR__, workload, replace(framework, "-" => "_") * ".jl")
     isfile(file) || refuse("no $(workload) workload for framework $(framework) ($(file))")
