@@ -37,6 +37,7 @@ from orchestrator.report.formatting import format_fraction, formatter, missing
 from orchestrator.report.frame import report_frame
 from orchestrator.report.summary import DIVERGED, device_identity, row_name
 from orchestrator.results import CELLS_FOLDER, INVALID, load_cells
+from orchestrator.run_folder import COMPARE_PAGES
 from workloads.common import declaration, safe_files
 from workloads.common.declaration import HIGHER
 
@@ -58,7 +59,7 @@ WORSE, BETTER, SAME, NOT_SIGNIFICANT, BROKEN, NOT_COMPARED = (
 # NEW statuses that count as worse when BASE was ok: a failure, not a declared "cannot run here".
 BREAKING_STATUSES = ("failed", "timeout", INVALID)
 
-COMPARE_MD, COMPARE_HTML = "compare.md", "compare.html"
+COMPARE_MD, COMPARE_HTML = COMPARE_PAGES
 
 
 @dataclasses.dataclass

@@ -33,7 +33,11 @@ LOGS_FOLDER = "logs"
 PACKAGES_FOLDER = "packages"
 # What the run writes: folders, then files. A link at any of them, or the wrong kind, is refused.
 FOLDERS = ("cells", LOGS_FOLDER, WORK_FOLDER, PACKAGES_FOLDER)
-FILES = ("run.json", "report.md", "report.html", "parity.md", "parity.json", "onnx-export.json", LOCK_FILE)
+CODE_PAGE = "code.html"                         # the Rosetta view, written beside report.html
+COMPARE_PAGES = ("compare.md", "compare.html")  # `compare BASE NEW` writes them into NEW's folder
+CELLS_CSV = "cells.csv"                         # `export`'s default file
+FILES = ("run.json", "report.md", "report.html", CODE_PAGE, "parity.md", "parity.json", "onnx-export.json",
+         *COMPARE_PAGES, CELLS_CSV, LOCK_FILE)
 MODE_BENCHMARK, MODE_PARITY = "benchmark", "parity"
 
 

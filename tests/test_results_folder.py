@@ -306,6 +306,9 @@ def _plant(kind: str, run: Path) -> None:
     ("link as cells", "cells is a symbolic link"),
     ("link as run.json", "run.json is a symbolic link"),
     ("link as report.html", "report.html is a symbolic link"),
+    ("link as code.html", "code.html is a symbolic link"),
+    ("link as compare.html", "compare.html is a symbolic link"),
+    ("folder as cells.csv", "cells.csv is a folder where the run writes a file"),
 ])
 def test_unusable_results_folders_get_one_line(in_tmp, capsys, kind, expected):
     (in_tmp / "elsewhere").mkdir()

@@ -10,13 +10,14 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.commands._shared import console
+from orchestrator import run_folder
 from orchestrator.errors import UserError
 
 HELP = "export a run's results as a tidy table (one row per cell and repeat) for notebooks"
 ORDER = 74  # after compare: both read a run's results
 
 FORMATS = ["csv"]
-DEFAULT_FILE = "cells.csv"
+DEFAULT_FILE = run_folder.CELLS_CSV
 STDOUT = "-"
 
 IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]

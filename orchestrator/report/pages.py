@@ -28,12 +28,12 @@ from orchestrator.report.sweep import sweep_tables
 from orchestrator.report.tables import (details_list, group_tables, matched_sections, not_ranked_table, not_run_lists,
                                         ranking_tables, reference_table)
 from orchestrator.results import Unreadable, load_cells, load_reference
+from orchestrator.run_folder import CODE_PAGE  # the Rosetta view, written beside report.html and linked from it
 from workloads.common import declaration, safe_files
 from workloads.common.declaration import TRAINING
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
-CODE_PAGE = "code.html"  # the Rosetta view, written beside report.html and linked from it
 REFERENCE_LABEL = ("Published reference (original study, 2018 — other hardware: K80/P100, CUDA 8/cuDNN 6; "
                    "not comparable to this host)")
 
