@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,66 @@ def test_the_julia_files_parse_and_load_only_what_the_project_pins():
     assert len(snippets) == 2  # instantiate and precompile; the CUDA variant's artifacts
     for snippet in snippets:
         assert julia_syntax_errors(snippet.encode()) == [], snippet
+
+
+def real_julia() -> list[str]:
+    """ROSETTA_JULIA: a Julia command line with JSON.jl on its load path, e.g. "julia" or
+    "/opt/julia/bin/julia --compile=min"; none here (no Julia installs on this host), so skipped."""
+    command = shlex.split(os.environ.get("ROSETTA_JULIA", ""))
+    if not command:
+        pytest.skip("no ROSETTA_JULIA: a Julia with JSON.jl is needed to run workloads/cell.jl")
+    loads = subprocess.run([*command, "--startup-file=no", "-e", "using JSON"], capture_output=True, text=True)
+    assert loads.returncode == 0, f"ROSETTA_JULIA cannot load JSON.jl: {loads.stderr[-500:]}"
+    return command
+
+
+def test_the_julia_cell_contract_holds_under_a_real_julia(tmp_path):
+    """workloads/cell.jl run for real on a stand-in workload (tests/julia_stub_workload.jl): the results
+    pass the result schema and the exit codes are the contract's. Knet itself is not involved."""
+    import jsonschema
+    from workloads.common.cell import CELL_DOCUMENT_VERSION
+
+    julia = real_julia()
+    (tmp_path / "resnet50").mkdir()
+    shutil.copy(ROOT / "workloads/cell.jl", tmp_path / "cell.jl")
+    shutil.copy(ROOT / "tests/julia_stub_workload.jl", tmp_path / "resnet50/stand_in.jl")
+    schema = json.loads((ROOT / "schema/result.schema.json").read_text())
+    cell = {"framework": "stand-in", "workload": "resnet50", "variant": "cpu", "precision": "fp32",
+            "profile": "smoke", "data": "synthetic", "repeat": 0, "init": "canonical", "options": {}}
+
+    def run_cell(name, environment=None, **changes):
+        document = {"version": CELL_DOCUMENT_VERSION, "cell": cell, "device": "cpu", "data_dir": str(tmp_path),
+                    "out": str(tmp_path / f"{name}.json"), "parity": None, "export_onnx": None, "onnx_model": None}
+        document.update(changes)
+        (tmp_path / f"{name}.cell").write_text(json.dumps(document))
+        done = subprocess.run([*julia, "--startup-file=no", str(tmp_path / "cell.jl"), "--cell", str(tmp_path / f"{name}.cell")],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, **(environment or {})})
+        out = Path(document["out"])
+        result = json.loads(out.read_text()) if out.is_file() else None
+        if result is not None:
+            jsonschema.validate(result, schema)
+        return done, result
+
+    done, result = run_cell("ok")
+    assert done.returncode == 0, done.stderr
+    assert result["status"] == "ok" and result["cell"] == cell
+    assert len(result["samples"]["batch_times_s"]) == 3 and result["metrics"]["images_per_s"] > 0
+    assert {"framework_import", "data_load", "model_build", "warmup", "inference"} <= set(result["phases"])
+    assert set(result["phase_spans"]) == set(result["phases"]) - {"framework_import"}
+    assert result["provenance"]["extras"]["language"] == "Julia"
+    done, result = run_cell("fp16", cell={**cell, "precision": "fp16"})
+    assert (done.returncode, result["status"], result["reason"]) == (EXIT_UNSUPPORTED, "unsupported", "the stand-in runs fp32 only")
+    done, result = run_cell("diverged", {"STAND_IN_DIVERGES": "1"})
+    assert (done.returncode, result["status"]) == (1, "failed") and result["reason"].startswith("diverged:")
+    assert result["metrics"]["images_per_s"] > 0  # the figures are kept, never ranked
+    done, result = run_cell("parity", parity=str(tmp_path))
+    assert done.returncode == 0 and result["outputs"] == {"features": [[1.0, 2.0], [3.0, 4.0]]}
+    done, result = run_cell("newer", version=CELL_DOCUMENT_VERSION + 1)
+    assert done.returncode == 2 and result is None and len(done.stderr.strip().splitlines()) == 1
+    (tmp_path / "broken.cell").write_text("{broken")
+    done = subprocess.run([*julia, "--startup-file=no", str(tmp_path / "cell.jl"), "--cell", str(tmp_path / "broken.cell")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def julia_dict(text: str, name: str) -> dict:

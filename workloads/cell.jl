@@ -118,6 +118,9 @@ function write_result(run::Run, out::String, status::String, reason)
     mv(temporary, out; force = true)
 end
 
+"""An error's message on one line (a JSON parser's runs over several, with a caret under the spot)."""
+one_line(error) = join(split(sprint(showerror, error)), " ")
+
 function refuse(problem::String)
     println(stderr, "workloads/cell.jl: error: ", problem)
     exit(EXIT_REFUSED)
@@ -132,7 +135,7 @@ function main(arguments)
     document = try
         JSON.parse(read(arguments[2], String))
     catch error
-        refuse("--cell $(arguments[2]): cannot read the cell document ($(sprint(showerror, error)))")
+        refuse("--cell $(arguments[2]): cannot read the cell document ($(one_line(error)))")
     end
     version = get(document, "version", nothing)
     version == CELL_DOCUMENT_VERSION ||
@@ -166,13 +169,13 @@ function main(arguments)
         else
             Base.showerror(stderr, error, catch_backtrace())
             println(stderr)
-            status, reason, code = "failed", string(nameof(typeof(error)), ": ", sprint(showerror, error)), EXIT_FAILED
+            status, reason, code = "failed", string(nameof(typeof(error)), ": ", one_line(error)), EXIT_FAILED
         end
     end
     try
         write_result(run, out, status, reason)
     catch error
-        println(stderr, "error: cannot write the result to $(out) ($(sprint(showerror, error))); choose another out")
+        println(stderr, "error: cannot write the result to $(out) ($(one_line(error))); choose another out")
         return EXIT_REFUSED
     end
     println(stderr, workload, ": ", status, reason === nothing ? "" : " ($(reason))")
