@@ -6,6 +6,10 @@
 # cuDNN on a GPU (mode=1: cross-correlation, as every other framework; Knet's default mode 0 flips the
 # kernel). Run by workloads/cell.jl, which reads the cell document and writes the result JSON.
 
+# Knet 1.4's conv4 leaves cuDNN's default math type, under which Ampere and newer GPUs may run float32
+# convolutions in TF32: NVIDIA's switch, set before cuDNN and cuBLAS are loaded, keeps both in true fp32.
+ENV["NVIDIA_TF32_OVERRIDE"] = "0"
+
 using Knet
 using CUDA
 using NPZ
@@ -20,6 +24,7 @@ const MATCHED = [
     "strided convolutions and the max pool pad symmetrically, as PyTorch's padding=k÷2",
     "batch norm in inference mode on its moving statistics, epsilon 1e-5 (canonical.BN_EPSILON)",
     "features leave the device inside every timed batch (Array(features)), as every row copies them to the host",
+    "true fp32 on a GPU: NVIDIA_TF32_OVERRIDE=0 (Knet's conv4 sets no cuDNN math type) and CUDA.math_mode DEFAULT_MATH",
     "parameter count: convolution kernels and batch-norm gamma and beta (the moving statistics are state)",
 ]
 
@@ -55,7 +60,7 @@ function select_device(run)
     run.provenance["device"] = device
     run.provenance["framework_version"] = "Knet $(version_of(Knet)) / CUDA.jl $(version_of(CUDA)) on Julia $(VERSION)"
     run.extras["threads"] = string(Threads.nthreads())
-    run.extras["tf32"] = device == "cuda" ? "off (CUDA.math_mode DEFAULT_MATH)" : "n/a (CPU)"
+    run.extras["tf32"] = device == "cuda" ? "off (NVIDIA_TF32_OVERRIDE=$(ENV["NVIDIA_TF32_OVERRIDE"]), CUDA.math_mode DEFAULT_MATH)" : "n/a (CPU)"
     return device == "cuda" ? KnetArray{Float32} : Array{Float32}
 end
 
