@@ -136,7 +136,7 @@ def stale(entry: LockEntry, framework: Framework, variant: Variant) -> str | Non
     reasons = []
     if entry.sources_sha256 != images.sources_hash(framework, variant):
         reasons.append("workload sources or Dockerfile")
-    if entry.requirements_sha256 != images.requirements_hash(variant):
+    if entry.requirements_sha256 != images.requirements_hash(framework, variant):
         reasons.append("requirements")
     if not reasons:
         return None

@@ -174,13 +174,15 @@ def build_context(files: dict[str, Path | bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def requirements_hash(variant: Variant) -> str:
-    """The variant's pins as one digest: its requirements file, and for Julia also the Manifest.toml
-    beside the Project.toml (the exact version of every package, not only the direct ones)."""
+def requirements_hash(framework: Framework, variant: Variant) -> str:
+    """The variant's pins as one digest: its requirements file, then the language's project files the
+    image is built with (Julia's Manifest.toml: the exact version of every package, not only the
+    direct ones)."""
     digest = hashlib.sha256(variant.requirements.read_bytes())
-    manifest = variant.requirements.with_name("Manifest.toml")
-    if variant.requirements.name == "Project.toml" and manifest.is_file():
-        digest.update(manifest.read_bytes())
+    for name in framework.language.project_files:
+        path = framework.folder / name
+        if path != variant.requirements:
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -207,7 +209,7 @@ def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
         f"{LABEL}.variant": variant.name,
         f"{LABEL}.device": variant.device,
         f"{LABEL}.cuda": variant.cuda or ("from the wheel" if variant.device == "cuda" else "none"),
-        f"{LABEL}.requirements-sha256": requirements_hash(variant),
+        f"{LABEL}.requirements-sha256": requirements_hash(framework, variant),
         SOURCES_LABEL: sources_hash(framework, variant),
     }
 
@@ -234,9 +236,10 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     import docker
 
     tag = image_tag(framework, variant, options.registry)
-    base = base_image(variant, options)
-    ensure_base_image(client, base)
     files = context_files(framework, variant, options)
+    arguments = build_arguments(variant, options, files["Dockerfile"])
+    base = arguments["BASE_IMAGE"]
+    ensure_base_image(client, base)
     context = build_context(files)
     log_dir = options.log_dir or Path.home() / ".cache" / "rosetta-bench" / "build-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +249,7 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     with open(log_path, "w") as stream:
         try:
             chunks = client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
-                                      forcerm=True, pull=False, decode=True, buildargs=build_arguments(variant, options, files["Dockerfile"]),
+                                      forcerm=True, pull=False, decode=True, buildargs=arguments,
                                       labels=image_labels(framework, variant))
             for chunk in chunks:
                 text = chunk.get("stream", "")

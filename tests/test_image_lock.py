@@ -16,7 +16,7 @@ CPU = PYTORCH.variant("cpu")
 def entry(**changes) -> image_lock.LockEntry:
     fields = dict(framework="pytorch", variant="cpu", registry="127.0.0.1:5000", repository="rosetta-pytorch",
                   tag="cpu-2.13.0", digest="sha256:" + "a" * 64, platform="linux/amd64", source_revision="0" * 40,
-                  requirements_sha256=images.requirements_hash(CPU), sources_sha256=images.sources_hash(PYTORCH, CPU),
+                  requirements_sha256=images.requirements_hash(PYTORCH, CPU), sources_sha256=images.sources_hash(PYTORCH, CPU),
                   framework_version="2.13.0", published="2026-12-03T00:00:00+00:00")
     return image_lock.LockEntry(**{**fields, **changes})
 

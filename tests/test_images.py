@@ -98,7 +98,7 @@ def pytorch_image(docker_client):
 def test_image_is_labelled_non_root_and_without_compilers(docker_client, pytorch_image):
     labels = pytorch_image.labels
     assert labels["io.rosetta-bench.framework"] == "pytorch" and labels["io.rosetta-bench.framework-version"] == "2.13.0"
-    assert labels["io.rosetta-bench.requirements-sha256"] == images.requirements_hash(PYTORCH.variants["cpu"])
+    assert labels["io.rosetta-bench.requirements-sha256"] == images.requirements_hash(PYTORCH, PYTORCH.variants["cpu"])
     assert labels["org.opencontainers.image.revision"] not in ("", None)
     assert pytorch_image.attrs["Config"]["User"] == "10001:10001"
     listing = docker_client.containers.run(pytorch_image.id, entrypoint=["sh", "-c"], remove=True, network_mode="none",

@@ -193,7 +193,7 @@ def test_the_julia_manifest_is_part_of_the_pins_the_image_lock_records():
     variant = REGISTRY["knet"].variants["cpu"]
     folder = ROOT / "images/knet"
     expected = hashlib.sha256((folder / "Project.toml").read_bytes() + (folder / "Manifest.toml").read_bytes())
-    assert images.requirements_hash(variant) == expected.hexdigest()
+    assert images.requirements_hash(REGISTRY["knet"], variant) == expected.hexdigest()
 
 
 def knet_version_in_base_image() -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.commands._shared import console
 from orchestrator import run_folder
+from orchestrator.commands._shared import console
 from orchestrator.errors import UserError
 
 HELP = "export a run's results as a tidy table (one row per cell and repeat) for notebooks"
