@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import __version__, dockerfiles, host
-from orchestrator.errors import UserError
+from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.naming import module_name
 
@@ -239,7 +239,7 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     files = context_files(framework, variant, options)
     arguments = build_arguments(variant, options, files["Dockerfile"])
     base = arguments["BASE_IMAGE"]
-    ensure_base_image(client, base)
+    ensure_base_image(client, base, framework)
     context = build_context(files)
     log_dir = options.log_dir or Path.home() / ".cache" / "rosetta-bench" / "build-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +268,7 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     return image
 
 
-def ensure_base_image(client, name: str) -> None:
+def ensure_base_image(client, name: str, framework: Framework) -> None:
     """The base must be local or pullable; say how to make one when it is neither."""
     import docker
 
@@ -280,8 +280,13 @@ def ensure_base_image(client, name: str) -> None:
     try:
         client.images.pull(name)
     except docker.errors.APIError as error:
-        raise UserError(f"base image {name} is not here and cannot be pulled ({_explain(error)}); pass "
-                        f"--base-image with a local image, e.g. one made by {LOCAL_BASE_SCRIPT}") from error
+        if framework.language.uses_python_environment:
+            fix = f"pass --base-image with a local image, e.g. one made by {LOCAL_BASE_SCRIPT}"
+        else:  # a base that brings its language (Julia's official image): no Debian base stands in for it
+            fix = (f"`docker pull {name}` where a registry is reachable (then `docker save` / `docker load` "
+                   f"here), or pass --base-image with a local image that has {framework.language.name}")
+        raise CannotRunHere(f"base image {name} is not here and cannot be pulled ({_explain(error)}); {fix}") \
+            from error
 
 
 def ensure_image(client, framework: Framework, variant: Variant, options: BuildOptions, *, pull: bool = False,

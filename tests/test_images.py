@@ -1,6 +1,7 @@
 """Framework images: names, deterministic build contexts, and real build / push / pull / run."""
 import dataclasses
 import io
+import json
 import os
 import subprocess
 import sys
@@ -114,6 +115,19 @@ def test_missing_base_image_names_the_fix(docker_client, capsys):
     line = capsys.readouterr().err
     assert "base image rosetta-no-such-base:0 is not here and cannot be pulled" in line
     assert "--base-image" in line and "make-local-base.sh" in line
+
+
+def test_a_cell_whose_base_image_this_host_cannot_get_is_unsupported_with_the_fix(docker_client, tmp_path, capsys):
+    """The Julia row on an engine without its julia base (no registry outside): not run here, and
+    why, never a failed cell; the fix names Julia, not the Debian base that Python rows use."""
+    run = tmp_path / "run"
+    assert main(["run-matrix", "--frameworks", "knet", "--variants", "cpu", "--profile", "smoke", "--data",
+                 "synthetic", "--backend", "docker", "--base-image", "rosetta-no-such-base:0",
+                 "--results-dir", str(run)]) == 0
+    (result,) = [json.loads(path.read_text()) for path in (run / "cells").glob("*.json")]
+    assert result["status"] == "unsupported"
+    assert result["reason"].startswith("base image rosetta-no-such-base:0 is not here and cannot be pulled")
+    assert "image that has Julia" in result["reason"] and "make-local-base.sh" not in result["reason"]
 
 
 def test_push_then_pull_by_digest(docker_client, pytorch_image, registry, capsys):

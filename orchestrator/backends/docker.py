@@ -38,7 +38,7 @@ from orchestrator import host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
-from orchestrator.errors import UserError
+from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import Framework
 from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
@@ -144,6 +144,8 @@ class DockerBackend:
                                      f"`python -m orchestrator build {cell.framework} --variant {cell.variant}`")
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             return self._failed(job, f"no image for {cell.framework}/{cell.variant}: {_one_line(error)}")
+        except CannotRunHere as error:  # e.g. a base image this host cannot get: not run here, and why
+            return self._not_run(job, "unsupported", str(error))
         except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
             return self._failed(job, str(error))
 
@@ -292,10 +294,14 @@ class DockerBackend:
                      f"remove it with `docker rm -f {container.short_id}`")
 
     def _failed(self, job: CellJob, reason: str) -> Result:
-        """A cell that failed on the Docker side; the log says why too, so every cell has one."""
+        return self._not_run(job, "failed", reason)
+
+    def _not_run(self, job: CellJob, status: str, reason: str) -> Result:
+        """A cell stopped on the Docker side (failed, or unsupported here); the log says why too, so
+        every cell has one."""
         with safe_files.open_no_follow(job.log_path, append=True) as log:
             log.write(f"rosetta-bench: {reason}\n".encode())
-        result = Result(cell=job.cell, status="failed", reason=reason, stderr_tail=tail(job.log_path))
+        result = Result(cell=job.cell, status=status, reason=reason, stderr_tail=tail(job.log_path))
         result.provenance.backend = self.name
         return result
 

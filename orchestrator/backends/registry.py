@@ -16,7 +16,7 @@ from typing import Callable
 from rich.markup import escape
 
 from orchestrator import host, images
-from orchestrator.errors import UserError
+from orchestrator.errors import CannotRunHere, UserError
 
 AUTO = "auto"
 # Each cell container's limits unless --container-memory / --container-pids say otherwise: enough
@@ -114,7 +114,8 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
                 return ready[tag]
             except UserError as error:
                 failures[tag] = error
-                log(f"[red]error:[/red] {escape(str(error))}")
+                said = "not run here:" if isinstance(error, CannotRunHere) else "[red]error:[/red]"
+                log(f"{said} {escape(str(error))}")
         raise failures[tag]
 
     return docker_backend.DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus,
