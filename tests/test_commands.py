@@ -119,6 +119,9 @@ class RecordingBackend:
     def unsupported_reason(self, cell, variant):
         return None
 
+    def prepare(self, jobs):
+        pass
+
     def run_cell(self, job):
         return Result(cell=job.cell, status="ok")
 

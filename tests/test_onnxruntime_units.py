@@ -119,6 +119,9 @@ class ExportingBackend:
     def unsupported_reason(self, cell, variant):
         return "no GPU here" if (cell.framework, variant.name) in self.unsupported else None
 
+    def prepare(self, jobs):
+        pass
+
     def run_cell(self, job: CellJob) -> Result:
         self.jobs.append(job)
         if self.fail:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -54,15 +55,23 @@ def free_port() -> int:
 
 
 class Cluster:
-    """Ray processes started here, each `ray start` with its own --temp-dir under one folder; stopped by PID."""
+    """Ray processes started here, each `ray start` with its own --temp-dir under one folder; stopped by PID.
+
+    Token authentication is on, as `ray start` has it by default, with a token made here in the
+    cluster's own folder (RAY_AUTH_TOKEN_PATH): never ~/.ray/auth_token, which only a machine where
+    someone once ran `ray start` by hand has."""
 
     def __init__(self, root: Path, data_dir: Path):
         self.root = root
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.token_path = root / "auth_token"
+        descriptor = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write(secrets.token_hex(32))
         self.environment = {**os.environ, "PYTHONPATH": str(ROOT), "ROSETTA_DATA_DIR": str(data_dir),
                             "ROSETTA_NODE_SCRATCH": str(root / "scratch"), "RAY_USAGE_STATS_ENABLED": "0",
-                            "RAY_AUTH_MODE": "token",  # as `ray start` makes it (the token: ~/.ray/auth_token)
+                            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path),
                             # a dead node is noticed in seconds, not half a minute
                             "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
                             "RAY_health_check_initial_delay_ms": "0"}
@@ -174,6 +183,9 @@ def cluster():
     (root / "data").mkdir()
     (root / "bin").mkdir()
     made = Cluster(root, root / "data")
+    driver = pytest.MonkeyPatch()  # this process drives the cluster too: the same mode and token
+    driver.setenv("RAY_AUTH_MODE", "token")
+    driver.setenv("RAY_AUTH_TOKEN_PATH", str(made.token_path))
     try:
         made.head()
         made.head_id = next(node["NodeID"] for node in made.nodes() if node.get("Resources", {}).get("GPU", 0) == 0)
@@ -182,6 +194,7 @@ def cluster():
         yield made
     finally:
         made.stop()
+        driver.undo()
         shutil.rmtree(root, ignore_errors=True)
 
 

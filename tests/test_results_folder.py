@@ -38,6 +38,9 @@ class FakeBackend:
     def unsupported_reason(self, cell, variant):
         return None
 
+    def prepare(self, jobs):
+        pass
+
     def run_cell(self, job):
         if FakeBackend.during:
             FakeBackend.during(job)

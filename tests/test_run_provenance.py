@@ -31,6 +31,9 @@ class PackagesBackend:
     def unsupported_reason(self, cell, variant):
         return None
 
+    def prepare(self, jobs):
+        pass
+
     def run_cell(self, job):
         result = Result(cell=job.cell)
         result.provenance.packages = list(self.lists[job.cell.framework])

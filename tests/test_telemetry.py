@@ -362,19 +362,31 @@ def fake_interpreter(tmp_path: Path, body: str) -> str:
 
 def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monkeypatch):
     """The runner's serial dispatch meters each cell: here the CPU's stand-in counter rises by 3 J
-    inside the cell's steady phase, which is all the joules its steady samples are given."""
+    while the cell runs, all inside its steady phase, which is all the joules its steady samples
+    are given. The meter's clock is the test's: the readings come at the cell's start (after the
+    idle window) and at its end, never from a sampling thread racing the cell."""
     root = powercap_tree(tmp_path / "powercap", package_uj=0, wrap_uj=10 ** 12)
     monkeypatch.setattr(telemetry, "POWERCAP_ROOT", root)
-    monkeypatch.setattr(telemetry, "CPU_INTERVAL_S", 0.05)
+    monkeypatch.setattr(telemetry, "CPU_INTERVAL_S", 3600)  # the thread never reads by itself
+    clock = Clock(999.9)
+    make_meter = telemetry.Telemetry.meter
+    monkeypatch.setattr(telemetry.Telemetry, "meter",
+                        lambda self, *args, **kwargs: make_meter(self, *args, clock=clock, sleep=clock.sleep, **kwargs))
+    run_the_cell = LocalBackend.run_cell
+
+    def cell_taking_a_thousand_seconds(self, job):
+        assert clock.now == pytest.approx(1000.0)  # the idle window (0.1 s) has passed on the meter's clock
+        result = run_the_cell(self, job)
+        clock.now = 2000.0
+        return result
+
+    monkeypatch.setattr(LocalBackend, "run_cell", cell_taking_a_thousand_seconds)
     body = f"""
         from workloads.common.result import Result
         result = Result(cell=request.cell, settings={{"batch_size": 4}})
         result.samples.epoch_steps = [6]
-        start = time.time()
-        time.sleep(0.3)
         open({str(root / "intel-rapl:0" / "energy_uj")!r}, "w").write("3000000\\n")
-        time.sleep(0.3)
-        result.phase_spans = {{"steady": [[start, time.time()]]}}
+        result.phase_spans = {{"steady": [[1000.0, 2000.0]]}}
         result.write(request.out)
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
@@ -387,6 +399,7 @@ def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monke
     assert stored == result.energy
     assert stored.gpu.method == "none" and stored.gpu.reason == "a CPU cell: no GPU was given to it"
     assert stored.cpu.method == "counter" and stored.cpu.gross_j == pytest.approx(3.0)
+    assert stored.cpu.duration_s == pytest.approx(1000.0)
     assert stored.cpu.idle_w == pytest.approx(0.0) and stored.cpu.phase_j["steady"] == pytest.approx(3.0)
     assert stored.basis_samples == 5 * 4 and stored.joules_per_sample == pytest.approx(3.0 / 20)
 

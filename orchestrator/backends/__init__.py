@@ -67,6 +67,10 @@ class Backend(Protocol):
     def unsupported_reason(self, cell: Cell, variant) -> str | None:
         """Why this host cannot run the cell at all (decided before anything starts), or None."""
 
+    def prepare(self, jobs: list[CellJob]) -> None:
+        """Before the first cell: make ready what these cells need (the local backend builds the
+        environments they lack, several at once), so that no preparation overlaps a measured cell."""
+
     def run_cell(self, job: CellJob) -> Result: ...
 
     # Optional: `make_writable_by_cells(folder)` for a backend whose cells run as another user than
@@ -108,7 +112,7 @@ class SerialDispatch:
         self._queue: list[CellJob] = []
 
     def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
-        pass  # the datasets are in the host's data folder already
+        self.backend.prepare(jobs)  # the datasets are in the host's data folder already
 
     def submit(self, job: CellJob) -> None:
         self._queue.append(job)

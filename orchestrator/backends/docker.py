@@ -97,6 +97,9 @@ class DockerBackend:
 
     # --- what this host can run -----------------------------------------------------------------
 
+    def prepare(self, jobs: list[CellJob]) -> None:
+        pass  # each image is built or pulled when its first cell comes up (images are checked per tag)
+
     def unsupported_reason(self, cell: Cell, variant) -> str | None:
         if variant.device != "cuda":
             return None

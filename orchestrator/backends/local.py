@@ -19,15 +19,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from orchestrator import host
+from orchestrator import environments, host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
                                    write_cell_document)
+from orchestrator.environments import EnvironmentBuildError
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common import safe_files
 from workloads.common.result import Result
 
 READY_MARKER = ".rosetta-ready"
+ENVIRONMENTS_AT_ONCE = 2  # environments built at once before a run (orchestrator/environments.py)
 # Variables a local cell inherits from the host besides the speed variables every backend passes
 # (orchestrator/backends/__init__.py: SPEED_VARIABLES); everything else is left out so runs are
 # reproducible. These describe this host (its PATH, its libraries, its proxies, its GPU numbering)
@@ -75,7 +77,7 @@ class LocalBackend:
 
     def __init__(self, frameworks: dict[str, Framework], *, cache_dir: Path | None = None,
                  python: str | None = None, gpus: str | None = None,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, installer: str | None = None):
         self.frameworks = frameworks
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.python = python
@@ -83,6 +85,8 @@ class LocalBackend:
         self.log = log
         self._failed_environments: dict[Path, str] = {}
         self._gpus_seen: list[str] | None = None
+        self.installer = installer  # uv or pip; None: uv wherever it serves the variant's Python
+        self._pip_configuration: environments.PipConfiguration | None = None
         if python and not Path(python).exists() and not shutil.which(python):
             raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the framework installed")
 
@@ -123,26 +127,45 @@ class LocalBackend:
         if venv.exists():
             shutil.rmtree(venv)  # a half-built environment from an interrupted run
         log_path = venv.parent / f"{venv.name}.log"
+        request = environments.BuildRequest(venv=venv, python=_python_for(variant), requirements=variant.requirements,
+                                            device=variant.device, build_constraints=variant.build_constraints,
+                                            label=f"{framework}/{variant.name}")
         self.log(f"building the {framework}/{variant.name} environment from {variant.requirements.name} "
                  f"(first use only; log: {log_path})")
-        environment = dict(os.environ)
-        if variant.device == "cuda":
-            environment.pop("PIP_FIND_LINKS", None)  # a local CPU wheel must not stand in for a CUDA build
-        if variant.build_constraints:
-            # reaches pip's isolated sdist builds too, which a requirements file cannot
-            environment["PIP_CONSTRAINT"] = str(variant.build_constraints)
-        steps = [[_python_for(variant), "-m", "venv", str(venv)],
-                 [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-input", "-r", str(variant.requirements)]]
-        with open(log_path, "w") as log:
-            for step in steps:
-                log.write(f"$ {' '.join(step)}\n")
-                log.flush()
-                completed = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, env=environment, check=False)
-                if completed.returncode != 0:
-                    reason = f"building the {framework}/{variant.name} environment failed; see {log_path}"
-                    self._failed_environments[venv] = reason
-                    raise EnvironmentBuildError(reason)
+        started = time.perf_counter()
+        try:
+            installer = environments.build(request, log_path, installer=self.installer, config=self._pip_config())
+        except environments.EnvironmentBuildError as error:
+            self._failed_environments[venv] = str(error)
+            raise
         (venv / READY_MARKER).write_text(variant.requirements.read_text())
+        self.log(f"built the {framework}/{variant.name} environment with {installer} "
+                 f"in {time.perf_counter() - started:.0f} s")
+
+    def _pip_config(self) -> environments.PipConfiguration:
+        """pip's configuration, read once per run (every environment is built from the same)."""
+        if self._pip_configuration is None:
+            self._pip_configuration = environments.PipConfiguration.read()
+        return self._pip_configuration
+
+    def prepare(self, jobs: list[CellJob]) -> None:
+        """Build the environments these cells need and lack, two at a time, before the first cell
+        starts (a build never overlaps a measured cell). A failed build is remembered: its cells fail
+        with the reason when they come up."""
+        if self.python:
+            return
+        wanted: dict[Path, tuple[str, str]] = {}
+        for job in jobs:
+            framework = self.frameworks[job.cell.framework]
+            if not framework.language.uses_python_environment:
+                continue
+            venv = self.environment_dir(framework.variant(job.cell.variant), job.cell.framework)
+            if not (venv / READY_MARKER).is_file():
+                wanted.setdefault(venv, (job.cell.framework, job.cell.variant))
+        if len(wanted) > 1:
+            self.log(f"building {len(wanted)} environments, {ENVIRONMENTS_AT_ONCE} at a time")
+        environments.build_several([functools.partial(self.interpreter, *pair) for pair in wanted.values()],
+                                   at_once=ENVIRONMENTS_AT_ONCE)
 
     # --- cells ----------------------------------------------------------------------------------
 
@@ -223,10 +246,6 @@ class LocalBackend:
         if self.gpus is not None:
             environment["CUDA_VISIBLE_DEVICES"] = self.gpus
         return environment
-
-
-class EnvironmentBuildError(Exception):
-    pass
 
 
 # --- the cell's processes -----------------------------------------------------------------------
