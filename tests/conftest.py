@@ -1,10 +1,14 @@
-"""Shared fixtures for the tests that drive a real Docker engine and a real image registry."""
+"""Shared fixtures for the tests that drive a real Docker engine and a real image registry, and the
+rule that CI never skips a test silently (tests/ci-skips.toml)."""
+import fnmatch
 import os
 import shutil
 import socket
 import subprocess
 import time
+import tomllib
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +99,68 @@ def ctrl_c_interrupts():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+# --- no silent skips in CI (tests/ci-skips.toml) ----------------------------------------------------
+
+SKIP_LIST = Path(__file__).resolve().parent / "ci-skips.toml"
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def allowed_skips() -> list[dict]:
+    """The entries of tests/ci-skips.toml, each with its `test` pattern and `why`."""
+    with open(SKIP_LIST, "rb") as stream:
+        entries = tomllib.load(stream).get("skip", [])
+    for entry in entries:
+        if not (isinstance(entry.get("test"), str) and isinstance(entry.get("why"), str) and entry["why"].strip()):
+            raise pytest.UsageError(f"{SKIP_LIST}: every [[skip]] needs a `test` pattern and a `why`: {entry}")
+    return entries
+
+
+def allowed_skip(nodeid: str) -> dict | None:
+    return next((entry for entry in allowed_skips() if fnmatch.fnmatchcase(nodeid, entry["test"])), None)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _refuse_unlisted_skip(report) -> None:
+    """Under CI=true a skip not on tests/ci-skips.toml is a failure, saying what to do."""
+    if not (IN_CI and report.skipped and not hasattr(report, "wasxfail")):
+        return
+    entry = allowed_skip(report.nodeid)
+    if entry is not None:
+        report.user_properties.append(("allowed skip", entry["why"]))
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under CI=true ({_skip_reason(report)}), and tests/ci-skips.toml does not list "
+                       f"{report.nodeid}: give the test what it needs (.ci/run, a fixture), or list it there "
+                       f"with why this machine cannot run it")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _refuse_unlisted_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _refuse_unlisted_skip(outcome.get_result())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every skip of this run with its reason (and, in CI, the list's why), printed last but the totals."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section(f"skips ({len(skipped)})")
+    for report in skipped:
+        why = dict(report.user_properties).get("allowed skip") if hasattr(report, "user_properties") else None
+        line = f"{report.nodeid}: {_skip_reason(report)}"
+        terminalreporter.write_line(line + (f" [allowed in CI: {why}]" if why else ""))

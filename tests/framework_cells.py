@@ -2,7 +2,7 @@
 
 A framework is importable only in its own virtual environment (the local backend's cache,
 ~/.cache/rosetta-bench/venvs/<framework>-cpu-<digest>, or the interpreter named by
-ROSETTA_<FRAMEWORK>_PYTHON); a test that needs one skips when there is none. ``run_cell`` runs
+ROSETTA_<FRAMEWORK>_PYTHON), built on first use by ``framework_python``. ``run_cell`` runs
 ``python -m workloads`` there through a small driver that can override the workload's settings
 (e.g. 20 training batches, or no dropout) and count calls to framework functions, and returns the
 result document. The first-batch helpers rebuild, in the host, the exact batch the harness feeds
@@ -51,20 +51,35 @@ os._exit(code)  # as python -m workloads does: no framework teardown (CNTK's can
 
 
 def framework_python(framework: str) -> str:
-    """The interpreter of `framework`'s CPU environment (ROSETTA_<FRAMEWORK>_PYTHON, else the one the
-    local backend built and marked ready), or skip the test."""
+    """The interpreter of `framework`'s CPU environment: ROSETTA_<FRAMEWORK>_PYTHON, else the local
+    backend's, built on first use and then shared by every test of the session (and by the
+    run-matrix commands the end-to-end tests run: the same cache), whatever order pytest picks.
+    Skips (which CI turns into a failure, tests/ci-skips.toml) only where it cannot be built here."""
     variable = "ROSETTA_{}_PYTHON".format(framework.upper().replace("-", "_"))
     if os.environ.get(variable):
         return os.environ[variable]
+    python, problem = _built_environment(framework)
+    if problem:
+        pytest.skip(f"no {framework} environment: {problem}")
+    return python
+
+
+@functools.lru_cache(maxsize=None)
+def _built_environment(framework: str) -> Tuple[str, str]:
+    """(interpreter, "") once built; ("", why) when this host cannot build it. Built once per session."""
     from orchestrator import frameworks
-    from orchestrator.backends.local import READY_MARKER, LocalBackend
+    from orchestrator.backends.local import EnvironmentBuildError, LocalBackend
 
     known = frameworks.discover()
-    venv = LocalBackend(known).environment_dir(known[framework].variant("cpu"), framework)
-    if not (venv / READY_MARKER).is_file():
-        pytest.skip(f"no {framework} environment: set {variable}, or let `python -m orchestrator run-matrix "
-                    f"--backend local --frameworks {framework}` build {venv}")
-    return str(venv / "bin" / "python")
+    backend = LocalBackend(known, log=lambda line: None)
+    variant = known[framework].variant("cpu")
+    problem = backend.python_mismatch(variant)
+    if problem:
+        return "", problem
+    try:
+        return backend.interpreter(framework, "cpu"), ""
+    except EnvironmentBuildError as error:
+        return "", str(error)
 
 
 def run_cell(python: str, workload: str, framework: str, folder: Path, *, overrides: Optional[dict] = None,

@@ -91,7 +91,8 @@ def gru_logits(params: dict, tokens: np.ndarray) -> np.ndarray:
     return hidden @ params["dense.kernel"] + params["dense.bias"]
 
 
-def assert_training_parity_in(python: str, framework: str, folder, timeout: float = 1800) -> None:
+def assert_training_parity_in(python: str, framework: str, folder, timeout: float = 1800,
+                              env: dict | None = None) -> None:
     """Run `framework`'s cnn and gru parity cells with the interpreter `python` (one that has the
     framework installed) and hold their logits to the definitions above; the steps must train."""
     import json
@@ -107,7 +108,7 @@ def assert_training_parity_in(python: str, framework: str, folder, timeout: floa
         out = Path(folder) / f"{workload}.json"
         completed = subprocess.run([python, "-m", "workloads", workload, "--framework", framework, "--parity",
                                     str(weights_folder), "--out", str(out)], capture_output=True, text=True,
-                                   env=dict(os.environ, PYTHONPATH=str(root)), timeout=timeout)
+                                   env=dict(os.environ, PYTHONPATH=str(root), **(env or {})), timeout=timeout)
         assert completed.returncode == 0, completed.stderr[-3000:]
         outputs = json.loads(out.read_text())["outputs"]
         weights, batch = canonical.load(weights_folder)

@@ -256,8 +256,5 @@ def test_init_framework_keeps_caffe2s_start_and_the_cnn_uses_momentum_sgd_update
 
 @pytest.mark.e2e
 def test_parity_in_a_caffe2_environment(tmp_path):
-    python = os.environ.get("ROSETTA_CAFFE2_PYTHON")
-    if not python:
-        pytest.skip("set ROSETTA_CAFFE2_PYTHON to a Python 3.9 with images/caffe2/requirements-cpu.txt to run "
-                    "the Caffe2 row here")
-    assert_training_parity_in(python, "caffe2", tmp_path)
+    """Caffe2's parity outputs held to the numpy definitions, in its Python 3.9 environment."""
+    assert_training_parity_in(framework_python("caffe2"), "caffe2", tmp_path)

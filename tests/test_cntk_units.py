@@ -418,9 +418,6 @@ def test_the_files_a_python36_image_holds_parse_as_python36(name):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("framework", ["cntk", "keras-cntk"])
-def test_parity_in_a_python36_cntk_environment(tmp_path, framework):
-    python = os.environ.get("ROSETTA_CNTK_PYTHON" if framework == "cntk" else "ROSETTA_KERAS_CNTK_PYTHON")
-    if not python:
-        pytest.skip("set ROSETTA_CNTK_PYTHON / ROSETTA_KERAS_CNTK_PYTHON to a Python 3.6 with the cpu requirements "
-                    "(and OpenMPI on LD_LIBRARY_PATH) to run the CNTK rows here")
-    assert_training_parity_in(python, framework, tmp_path)
+def test_parity_in_a_python36_cntk_environment(tmp_path, framework, openmpi):
+    """The CNTK rows' parity outputs held to the numpy definitions, in their Python 3.6 environments."""
+    assert_training_parity_in(framework_python(framework), framework, tmp_path, env=openmpi)

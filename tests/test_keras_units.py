@@ -2,8 +2,8 @@
 
 No Keras import in the first part: Keras' formulas are written out here as its source (keras
 3.15.1) computes them, so these tests run in the host environment; the parity check runs the real
-thing. The last part checks the fairness rules (issue 10) on the real Keras, per backend, in each
-backend's cached CPU environment (tests/fairness_probes.py; skipped where it is not built).
+thing. The last part checks the fairness rules on the real Keras, per backend, in each
+backend's CPU environment (tests/fairness_probes.py; built once per test session).
 """
 import numpy as np
 import pytest
@@ -211,10 +211,11 @@ def test_gru_kernel_records_what_ran_on_the_cpu(keras_row):
 
 
 @pytest.mark.e2e  # the real Keras, in its cached environment
-def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded(keras_row):
-    framework, found = keras_row
-    if framework != "keras-torch":
-        pytest.skip("Keras' torch backend only falls back silently")
+def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded():
+    """Keras' torch backend alone falls back silently from a cuDNN call that raises."""
+    from fairness_probes import facts
+
+    found = facts("keras-torch")
     kernel = found["torch_cudnn_fallback"]["gru_kernel"]
     assert kernel.startswith("python-loop:") and "cuDNN path raised TypeError" in kernel
 
@@ -253,12 +254,12 @@ def test_backend_optimizer_computes_pytorchs_update(keras_row, rule):
 
 
 @pytest.mark.e2e  # the real Keras, in its cached environment
-def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first(keras_row):
-    """IndexedSlices with token 1 twice: one dense row gradient (4, 6), whose first Adam step moves
-    each of its entries by lr; the untouched rows stay."""
-    framework, found = keras_row
-    if framework != "keras-tf":
-        pytest.skip("IndexedSlices are TensorFlow's")
+def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first():
+    """IndexedSlices (TensorFlow's) with token 1 twice: one dense row gradient (4, 6), whose first
+    Adam step moves each of its entries by lr; the untouched rows stay."""
+    from fairness_probes import facts
+
+    found = facts("keras-tf")
     start = np.array(found["optimizers"]["start"]).reshape(3, 2)
     expected, summed = start.copy(), np.array([1.0 + 3.0, 2.0 + 4.0])
     expected[1] -= 1e-3 * summed / (np.abs(summed) + 1e-8)  # PyTorch's first Adam step: lr * g / (|g| + eps)

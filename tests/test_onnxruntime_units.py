@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from framework_cells import framework_python
+
 from orchestrator import frameworks, images, matrix, onnx_export
 from orchestrator.backends import CellJob, cell_request
 from orchestrator.report import render
@@ -277,17 +279,7 @@ def test_the_export_folder_is_never_world_writable(tmp_path):
     assert sources.folder(Cell("onnxruntime", "resnet50")) is not None
 
 
-# --- the start and the records, in the cached ONNX Runtime environment (the local backend's; never built here)
-
-def framework_python(framework: str) -> str:
-    """The interpreter of the framework's cached CPU environment, or skip: these tests never build one."""
-    from orchestrator.backends.local import READY_MARKER, LocalBackend
-
-    venv = LocalBackend(REGISTRY).environment_dir(REGISTRY[framework].variant("cpu"), framework)
-    if not (venv / READY_MARKER).is_file():
-        pytest.skip(f"no cached {framework} environment at {venv} (a local run-matrix builds it)")
-    return str(venv / "bin" / "python")
-
+# --- the start and the records, in the ONNX Runtime environment (tests/framework_cells.py builds it once)
 
 def test_init_canonical_is_what_the_exported_graph_holds_and_init_framework_is_refused(tmp_path):
     """ONNX Runtime has no initialisers: --init canonical is recorded (the weights are in the graph, exported

@@ -3,10 +3,9 @@
 No Paddle import in the first part: what Paddle computes (paddlepaddle 3.3.1, as its Python source
 writes it, or as measured where its C++ kernel and its docstring disagree) is restated in numpy and
 compared with the canonical (PyTorch) computation, so these tests run in the host environment.
-The last part runs the same facts on the real operators, where Paddle is importable (its own
-environment: `<paddle venv>/bin/python -m pytest tests/test_paddle_units.py`); elsewhere it skips.
-The fairness rules (the same start, channels_last, the fused optimizers, the records) are checked in
-the cached Paddle environment the local backend built (skipped where there is none).
+The last parts run the same facts on the real operators, and the fairness rules (the same start,
+channels_last, the fused optimizers, the records), in Paddle's own environment (built once per test
+session, tests/framework_cells.py).
 The parity check runs the whole models.
 """
 import json
@@ -157,60 +156,84 @@ def test_resnet50_trainable_count_leaves_the_moving_statistics_out():
     assert everything - trainable == statistics > 0
 
 
-# --- the same facts on the real operators (only where Paddle is importable) ------------------------
+# --- the same facts on the real operators, in Paddle's own environment ----------------------------------
+
+REAL_OPERATORS = """
+import inspect, json
+import numpy as np
+import paddle
+from workloads.common import canonical
+paddle.set_device("cpu")
+kernel, recurrent_kernel, input_bias, recurrent_bias, x, gradients, lr, beta1, beta2, eps = (
+    json.loads(INPUT)[name] for name in ("kernel", "recurrent_kernel", "input_bias", "recurrent_bias", "x",
+                                         "gradients", "lr", "beta1", "beta2", "eps"))
+as32 = lambda value: np.asarray(value, dtype=np.float32)
+gru = paddle.nn.GRU(5, 4, time_major=True)
+gru.weight_ih_l0.set_value(canonical.dense_to_out_in(as32(kernel)))
+gru.weight_hh_l0.set_value(canonical.dense_to_out_in(as32(recurrent_kernel)))
+gru.bias_ih_l0.set_value(as32(input_bias))
+gru.bias_hh_l0.set_value(as32(recurrent_bias))
+outputs, _ = gru(paddle.to_tensor(as32(x)))
+weight = paddle.create_parameter([6], "float32", default_initializer=paddle.nn.initializer.Constant(0.0))
+optimizer = paddle.optimizer.Adam(learning_rate=lr, beta1=beta1, beta2=beta2, epsilon=eps, parameters=[weight])
+for g in gradients:
+    (weight * paddle.to_tensor(as32(g))).sum().backward()
+    optimizer.step()
+    optimizer.clear_grad()
+norm = paddle.nn.BatchNorm2D(3)
+scaler = {name: parameter.default
+          for name, parameter in inspect.signature(paddle.amp.GradScaler.__init__).parameters.items()
+          if parameter.default is not inspect.Parameter.empty}
+print("RESULT " + json.dumps({"gru_last": outputs.numpy()[-1].tolist(), "adam": weight.numpy().tolist(),
+                              "bn_epsilon": norm._epsilon,
+                              "bn_trainable": {name: p.trainable for name, p in norm.named_parameters()},
+                              "grad_scaler": scaler}, default=str))
+"""
+
 
 @pytest.fixture(scope="module")
-def paddle():
-    module = pytest.importorskip("paddle", reason="Paddle is not installed in this interpreter (its own environment has it)")
-    module.set_device("cpu")
-    return module
-
-
-def test_real_nn_gru_is_the_canonical_reset_after_form(paddle):
+def real_paddle():
+    """What the real operators compute on this module's tiny inputs, run once in Paddle's environment."""
     kernel, recurrent_kernel, input_bias, recurrent_bias = (a.astype(np.float32) for a in gru_weights())
-    gru = paddle.nn.GRU(5, 4, time_major=True)
-    gru.weight_ih_l0.set_value(canonical.dense_to_out_in(kernel))
-    gru.weight_hh_l0.set_value(canonical.dense_to_out_in(recurrent_kernel))
-    gru.bias_ih_l0.set_value(input_bias)
-    gru.bias_hh_l0.set_value(recurrent_bias)
-    x = RNG.normal(size=(6, 3, 5)).astype(np.float32)
+    inputs = {"kernel": kernel, "recurrent_kernel": recurrent_kernel, "input_bias": input_bias,
+              "recurrent_bias": recurrent_bias, "x": RNG.normal(size=(6, 3, 5)).astype(np.float32),
+              "gradients": [(TINY_TO_LARGE * sign).astype(np.float32) for sign in (1.0, -0.5)],
+              "lr": LR, "beta1": BETA1, "beta2": BETA2, "eps": EPS}
+    encoded = json.dumps({name: np.asarray(value).tolist() if not isinstance(value, float) else value
+                          for name, value in inputs.items()})
+    return inputs, in_paddle(f"INPUT = {encoded!r}\n" + REAL_OPERATORS)
+
+
+def test_real_nn_gru_is_the_canonical_reset_after_form(real_paddle):
+    inputs, found = real_paddle
     h = np.zeros((3, 4))
-    for x_t in x:
-        h = gru_step_canonical(x_t, h, kernel, recurrent_kernel, input_bias, recurrent_bias)
-    outputs, _ = gru(paddle.to_tensor(x))
-    np.testing.assert_allclose(outputs.numpy()[-1], h, rtol=1e-5, atol=1e-6)
+    for x_t in inputs["x"]:
+        h = gru_step_canonical(x_t, h, inputs["kernel"], inputs["recurrent_kernel"], inputs["input_bias"],
+                               inputs["recurrent_bias"])
+    np.testing.assert_allclose(found["gru_last"], h, rtol=1e-5, atol=1e-6)
 
 
-def test_real_adam_is_pytorchs(paddle):
-    gradients = [(TINY_TO_LARGE * sign).astype(np.float32) for sign in (1.0, -0.5)]
-    weight = paddle.create_parameter([6], "float32", default_initializer=paddle.nn.initializer.Constant(0.0))
-    optimizer = paddle.optimizer.Adam(learning_rate=LR, beta1=BETA1, beta2=BETA2, epsilon=EPS, parameters=[weight])
-    for g in gradients:
-        (weight * paddle.to_tensor(g)).sum().backward()
-        optimizer.step()
-        optimizer.clear_grad()
-    np.testing.assert_allclose(weight.numpy(), adam_pytorch([g.astype(np.float64) for g in gradients]), rtol=1e-4)
+def test_real_adam_is_pytorchs(real_paddle):
+    inputs, found = real_paddle
+    expected = adam_pytorch([g.astype(np.float64) for g in inputs["gradients"]])
+    np.testing.assert_allclose(found["adam"], expected, rtol=1e-4)
 
 
-def test_real_batch_norm_defaults_and_trainable_flags(paddle):
-    norm = paddle.nn.BatchNorm2D(3)
-    assert norm._epsilon == canonical.BN_EPSILON
-    assert {name: p.trainable for name, p in norm.named_parameters()} == {
-        "weight": True, "bias": True, "_mean": False, "_variance": False}
+def test_real_batch_norm_defaults_and_trainable_flags(real_paddle):
+    _, found = real_paddle
+    assert found["bn_epsilon"] == canonical.BN_EPSILON
+    assert found["bn_trainable"] == {"weight": True, "bias": True, "_mean": False, "_variance": False}
 
 
-def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(paddle):
+def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(real_paddle):
     """runtime/paddle.py passes PyTorch GradScaler's settings; they are paddle.amp.GradScaler's defaults
     (read from the signature: on a CPU the scaler disables itself and keeps none of them)."""
-    import inspect
-
-    defaults = {name: parameter.default
-                for name, parameter in inspect.signature(paddle.amp.GradScaler.__init__).parameters.items()}
+    defaults = real_paddle[1]["grad_scaler"]
     assert defaults["init_loss_scaling"] == 2.0**16 and defaults["incr_every_n_steps"] == 2000
     assert defaults["decr_every_n_nan_or_inf"] == 1 and defaults["decr_ratio"] == 0.5 and defaults["incr_ratio"] == 2.0
 
 
-# --- fairness rules, run in the cached Paddle environment (the local backend's; never built here) -----
+# --- fairness rules, run in Paddle's environment -------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 

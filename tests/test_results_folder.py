@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from framework_cells import framework_python
+
 from orchestrator import frameworks, runner
 from orchestrator.__main__ import main
 from orchestrator.backends import registry
@@ -391,13 +393,8 @@ def test_results_logs_and_reports_share_one_mode_whatever_the_umask(in_tmp):
 
 # --- the real path: a PyTorch smoke cell through the local backend, links planted ---------------
 
-def _pytorch_environment_ready() -> bool:
-    variant = REGISTRY["pytorch"].variant("cpu")
-    return (LocalBackend(REGISTRY).environment_dir(variant, "pytorch") / READY_MARKER).is_file()
-
-
-@pytest.mark.skipif(not _pytorch_environment_ready(), reason="the pytorch/cpu environment is not built here")
 def test_a_real_pytorch_cell_with_planted_links_touches_nothing_outside(tmp_path):
+    framework_python("pytorch")  # the environment run-matrix uses, built once per test session
     victim = victim_folder(tmp_path)
     victim_log = tmp_path / "victim.log"
     victim_log.write_text("precious")

@@ -173,7 +173,7 @@ class LocalBackend:
         language = self.frameworks[cell.framework].language
         if language.program and not shutil.which(language.program):
             return language.missing_reason()  # R or Julia not installed on this host
-        if language.uses_python_environment and (problem := self._python_mismatch(variant)):
+        if language.uses_python_environment and (problem := self.python_mismatch(variant)):
             return problem
         if variant.device != "cuda":
             return None
@@ -181,7 +181,7 @@ class LocalBackend:
             return "no GPU runtime on this host (nvidia-smi lists no GPU)"
         return gpu_mismatch(variant, host.gpu_compute_capabilities(), self.gpus)
 
-    def _python_mismatch(self, variant: Variant) -> str | None:
+    def python_mismatch(self, variant: Variant) -> str | None:
         """A variant pinned to another Python (CNTK's 3.6, an old CUDA base's 3.8) gets its
         environment from that Python when the host has it (pythonX.Y on PATH, or pyenv's);
         otherwise its image, or --python, can run it."""
