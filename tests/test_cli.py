@@ -103,8 +103,33 @@ def test_list_and_doctor(in_tmp, capsys, monkeypatch):
     assert main(["list"]) == 0
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "pytorch" in out and "cnn, resnet50, gru" in out
+    assert "pytorch" in out and "cnn resnet50 gru" in out
     assert "Python" in out and "Docker engine" in out and "GPUs" in out
+
+
+def test_list_fits_80_columns_in_a_pipe_and_cuts_no_name(capsys, monkeypatch):
+    """As people read it: a terminal of 80 columns or a pipe. One line per framework, every name whole
+    (the framework, its variants, workloads and options); the notes are in `list FRAMEWORK`."""
+    from orchestrator import frameworks
+    from workloads.common import options
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "…" not in "".join(lines) and len(lines) < 40
+    words = {word for line in lines for word in line.split()}
+    for name, framework in frameworks.discover().items():
+        assert name in words and set(framework.variants) <= words and set(framework.workloads) <= words
+        assert set(options.declared(name)) <= words
+    assert main(["list", "caffe2"]) == 0
+    one = capsys.readouterr().out
+    assert "executor: async_scheduling|simple (default async_scheduling)" in one
+    assert "AVX/AVX2/FMA" in one.replace("\n", " ") and "cu102: cuda 10.2; Python 3.9" in one
+    assert main(["list", "--verbose"]) == 0
+    assert capsys.readouterr().out.count("variants:") == len(frameworks.discover())
+    assert main(["list", "no-such-framework"]) == 2
+    assert "no framework 'no-such-framework'; choose from caffe2, " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("which", ["cache", "data"])
