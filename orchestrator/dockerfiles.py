@@ -36,6 +36,9 @@ from workloads.common import naming
 TEMPLATE = "Dockerfile.j2"
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 BUILD_TOOLS = ("pip", "setuptools", "wheel")  # removed from the environment once it is installed
+# The uv release an image's build installs its requirements with (then removes): pinned, as every
+# image pin is. The images whose Python uv's wheel cannot serve (CNTK's 3.6) keep pip (their own blocks).
+UV_VERSION = "0.13.9"
 IMAGE_KEYS = {"env", "system_libraries", "keep", "packages"}
 IMAGE_PYTHON = "python"  # the environment's interpreter in the image: /opt/venv/bin comes first on PATH
 IMAGE_WORKLOADS = "/opt/rosetta/workloads"  # where the template copies the workloads package
@@ -100,7 +103,8 @@ def template_values(framework: Framework) -> dict:
         "bases": "; ".join(f"{', '.join(names)}: {base}" for base, names in bases.items()),
         "python_from_apt": python_from_apt,
         "build_constraints": has_build_constraints(framework),
-        "removed_tools": " ".join(tool for tool in BUILD_TOOLS if tool not in keep),
+        "removed_tools": " ".join(["uv", *(tool for tool in BUILD_TOOLS if tool not in keep)]),
+        "uv_version": UV_VERSION,
         "kept_tools": [tool for tool in BUILD_TOOLS if tool in keep],
         "system_libraries": [{"package": package, "library": library, "pattern": library.replace(".", r"\.")}
                              for package, library in libraries.items()],

@@ -44,6 +44,13 @@ def test_every_framework_renders_a_complete_dockerfile(name):
         assert f"grep -q '{library.replace('.', chr(92) + '.')}' || packages=\"$packages {package}\"" in text
     uninstall = next(line for line in text.splitlines() if "pip uninstall" in line)
     assert all(tool not in uninstall for tool in declared.get("keep", ()))
+    if default.python == "3.6":  # CNTK's Python: pip only (its own Dockerfile blocks)
+        assert "uv pip install" not in text and "pip install --find-links /build/wheels -r /build/requirements.txt" in text
+    else:  # the local backend's installer, pinned, taking pip's best match over the index and the wheels
+        assert f'--find-links /build/wheels "uv=={dockerfiles.UV_VERSION}"' in text
+        assert "/opt/venv/bin/uv pip install --no-cache --python /opt/venv/bin/python --index-strategy " \
+               "unsafe-best-match" in text and "export SSL_CERT_FILE=/build/ca-bundle.crt" in text
+        assert "uninstall --yes --quiet uv " in uninstall  # uv never reaches the image
     # the build context carries exactly this text
     files = images.context_files(framework, default, images.BuildOptions())
     assert files["Dockerfile"] == text.encode()
