@@ -2,7 +2,7 @@
 
 uv creates and fills an environment several times faster than pip (measured by
 benchmarks/environment_build.py), so it builds every environment it can serve; pip builds the
-rest (no uv on this host, or an interpreter older than uv serves) and whatever `installer="pip"`
+rest (no uv on this host, or CNTK's Python 3.6, see UV_OLDEST_PYTHON) and whatever `installer="pip"`
 asks for.
 
 Both installers must take packages from the same places, so a host with a mirror, a proxy, a CA
@@ -29,8 +29,10 @@ from typing import Callable
 UV = "uv"
 PIP = "pip"
 INSTALLERS = (UV, PIP)
-# The oldest Python uv supports as an environment's interpreter (its policy: tier 2 from 3.6).
-UV_OLDEST_PYTHON = (3, 6)
+# The oldest Python whose environments uv builds here. uv itself serves 3.6 and 3.7 too (its tier 2),
+# but its environments hold no pip, and the one row on those Pythons, CNTK 2.7 (Python 3.6), imports
+# pip when it loads: its environments come from pip, as its images' do (images/cntk/Dockerfile.j2).
+UV_OLDEST_PYTHON = (3, 8)
 
 # pip's settings (as `pip config list` names them) that say where packages come from, and how uv
 # is given each: a flag repeated per value, a flag alone, or a variable. Settings not listed here

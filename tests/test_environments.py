@@ -147,3 +147,16 @@ def test_several_builds_run_two_at_a_time_and_one_failure_stops_none():
 
     environments.build_several([build("a", fail=True), build("b"), build("c")], at_once=2)
     assert peak[0] == 2 and sorted(done) == ["a", "b", "c"]
+
+
+def test_uv_builds_what_it_serves_and_pip_the_python_36_rows(monkeypatch):
+    """CNTK's Python 3.6 environments come from pip (CNTK imports pip as it loads; uv installs none)."""
+    monkeypatch.setattr(environments, "uv_binary", lambda: "/usr/bin/uv")
+    versions = {"/py36": (3, 6), "/py38": (3, 8), "/py311": (3, 11)}
+    monkeypatch.setattr(environments, "python_version", versions.get)
+    assert environments.choose_installer("/py36") == environments.PIP
+    assert environments.choose_installer("/py38") == environments.UV
+    assert environments.choose_installer("/py311") == environments.UV
+    assert environments.choose_installer("/py311", environments.PIP) == environments.PIP
+    monkeypatch.setattr(environments, "uv_binary", lambda: None)
+    assert environments.choose_installer("/py311") == environments.PIP
