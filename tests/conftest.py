@@ -121,6 +121,11 @@ def allowed_skip(nodeid: str) -> dict | None:
     return next((entry for entry in allowed_skips() if fnmatch.fnmatchcase(nodeid, entry["test"])), None)
 
 
+def node_id_of(nodeid: str) -> str:
+    """The test's node id without the "@group" pytest-xdist's loadgroup appends."""
+    return nodeid.split("@", 1)[0] if "@" in nodeid.rpartition("::")[2] else nodeid
+
+
 def _skip_reason(report) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
@@ -132,13 +137,14 @@ def _refuse_unlisted_skip(report) -> None:
     """Under CI=true a skip not on tests/ci-skips.toml is a failure, saying what to do."""
     if not (IN_CI and report.skipped and not hasattr(report, "wasxfail")):
         return
-    entry = allowed_skip(report.nodeid)
+    nodeid = node_id_of(report.nodeid)
+    entry = allowed_skip(nodeid)
     if entry is not None:
         report.user_properties.append(("allowed skip", entry["why"]))
         return
     report.outcome = "failed"
     report.longrepr = (f"skipped under CI=true ({_skip_reason(report)}), and tests/ci-skips.toml does not list "
-                       f"{report.nodeid}: give the test what it needs (.ci/run, a fixture), or list it there "
+                       f"{nodeid}: give the test what it needs (.ci/run, a fixture), or list it there "
                        f"with why this machine cannot run it")
 
 
@@ -162,5 +168,16 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section(f"skips ({len(skipped)})")
     for report in skipped:
         why = dict(report.user_properties).get("allowed skip") if hasattr(report, "user_properties") else None
-        line = f"{report.nodeid}: {_skip_reason(report)}"
+        line = f"{node_id_of(report.nodeid)}: {_skip_reason(report)}"
         terminalreporter.write_line(line + (f" [allowed in CI: {why}]" if why else ""))
+
+
+# --- two workers in CI (pytest-xdist, --dist loadgroup) ------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Each test module stays on one worker (its module-scoped fixtures run once), unless it names a
+    group of its own: the modules that share the Docker engine's images and containers name one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

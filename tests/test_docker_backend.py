@@ -32,6 +32,8 @@ from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Variant
 from workloads.common.result import Cell
 
+pytestmark = pytest.mark.xdist_group("docker-engine")  # one worker builds, runs and removes the images
+
 BASE_IMAGE = os.environ.get("ROSETTA_BASE_IMAGE", "rosetta-base:bookworm")
 # CI sets ROSETTA_REQUIRE_DOCKER=1: there a missing engine or base image fails, never skips quietly.
 REQUIRE_DOCKER = os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1"

@@ -17,6 +17,8 @@ from workloads.common.result import Result
 
 from conftest import BASE_IMAGE
 
+pytestmark = pytest.mark.xdist_group("docker-engine")  # one worker builds, runs and removes the images
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_DOCKER = os.environ.get("ROSETTA_REQUIRE_DOCKER") == "1"
 REGISTRY = frameworks.discover()

@@ -39,7 +39,8 @@ HAVE_RAY = importlib.util.find_spec("ray") is not None
 if REQUIRE_RAY and not HAVE_RAY:
     raise ImportError("ROSETTA_REQUIRE_RAY=1 but Ray is not installed: pip install -e \".[ray]\"")
 RAY = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-pytestmark = pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install -e \".[ray]\")")
+pytestmark = [pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install -e \".[ray]\")"),
+              pytest.mark.xdist_group("docker-engine")]  # its nodes run containers of the test images
 
 
 def ray_version() -> str:
