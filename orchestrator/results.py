@@ -114,29 +114,45 @@ def read_cell_file(path: Path) -> Result:
 
     Never hangs on a FIFO, never follows a link, never reads more than LONGEST_CELL_FILE bytes."""
     try:
-        data = json.loads(safe_files.read_bytes_bounded(path, LONGEST_CELL_FILE).decode("utf-8"))
+        content = safe_files.read_bytes_bounded(path, LONGEST_CELL_FILE)
     except safe_files.UnsafePath as error:
         raise SchemaError(f"{path}: {str(error).removeprefix(f'{path} ')}") from error
     except OSError as error:
         raise SchemaError(f"{path}: cannot be read ({error.strerror or error})") from error
+    return parse_cell_bytes(content, str(path))
+
+
+def parse_cell_bytes(content: bytes, name: str) -> Result:
+    """A result record from bytes a cell handed back (a file's, or a Ray node's answer), checked as
+    `read_cell_file` checks a file: bounded, UTF-8, JSON, nesting capped, every field of its type.
+    SchemaError, its message starting with `name`, for anything else (docs/RUN-GUARANTEES.md,
+    the trust model)."""
+    if not isinstance(content, bytes):
+        raise SchemaError(f"{name}: a result must be bytes of JSON, not {type(content).__name__}")
+    if len(content) > LONGEST_CELL_FILE:
+        raise SchemaError(f"{name}: larger than {LONGEST_CELL_FILE} bytes")
+    try:
+        data = json.loads(content.decode("utf-8"))
     except UnicodeDecodeError as error:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {error.start})") from error
+        raise SchemaError(f"{name}: not UTF-8 text (byte {error.start})") from error
     except RecursionError as error:
-        raise SchemaError(f"{path}: JSON nested too deeply") from error
+        raise SchemaError(f"{name}: JSON nested too deeply") from error
     except ValueError as error:  # not JSON, or an integer of thousands of digits
-        raise SchemaError(f"{path}: not valid JSON ({str(error)[:120]})") from error
+        raise SchemaError(f"{name}: not valid JSON ({str(error)[:120]})") from error
     if _nesting(data) > DEEPEST_NESTING:
-        raise SchemaError(f"{path}: JSON nested more than {DEEPEST_NESTING} levels deep")
+        raise SchemaError(f"{name}: JSON nested more than {DEEPEST_NESTING} levels deep")
     # Version 1 lacks only fields that have defaults now: its fields are checked the same way.
     if isinstance(data, dict) and data.get("schema_version") in READABLE_SCHEMA_VERSIONS:
         problem = _type_problem(Result, data, "")
         if problem:
-            raise SchemaError(f"{path}: malformed result record: {problem}")
+            raise SchemaError(f"{name}: malformed result record: {problem}")
     try:
         result = Result.from_dict(data)
     except SchemaError as error:
-        raise SchemaError(f"{path}: {error}") from error
-    _check_shape(result, path)
+        raise SchemaError(f"{name}: {error}") from error
+    except (TypeError, ValueError, KeyError, AttributeError) as error:  # a shape from_dict did not foresee
+        raise SchemaError(f"{name}: malformed result record ({type(error).__name__}: {str(error)[:120]})") from error
+    _check_shape(result, name)
     return result
 
 
@@ -222,7 +238,7 @@ def _read_one(path: Path, cells_dir: Path) -> Result:
     return result
 
 
-def _check_shape(result: Result, path: Path) -> None:
+def _check_shape(result: Result, path: Path | str) -> None:
     """Catch well-formed JSON of the wrong shape (e.g. ``"metrics": 5``) before pandas trips on it."""
     parts = {"cell": Cell, "metrics": Metrics, "samples": Samples, "provenance": Provenance}
     for name, kind in parts.items():
