@@ -69,8 +69,46 @@ class LoadedResults:
 
 
 def cell_path(results_dir: str | os.PathLike, cell: Cell) -> Path:
-    """Where one cell's (and one repeat's) result is stored."""
-    return Path(results_dir) / CELLS_FOLDER / f"{cell.key}.json"
+    """Where one cell's (and one repeat's) result is stored. The key is checked to be one plain
+    file name (safe_files.safe_name): a cell never names a path (docs/RUN-GUARANTEES.md, the trust
+    model). Raises UnsafePath otherwise."""
+    return Path(results_dir) / CELLS_FOLDER / f"{safe_files.safe_name(cell.key)}.json"
+
+
+def ok_result_problem(result: Result) -> str | None:
+    """Why a result that says ok is not one, or None: an ok result carries its timed phases, its
+    headline figure (a parity run its outputs instead) and the framework version it measured.
+    Also for any status: a workload this version does not declare (docs/RUN-GUARANTEES.md)."""
+    workloads = declaration.declared()
+    if result.cell.workload not in workloads:
+        return (f"unknown workload {result.cell.workload[:80]!r} (this version declares "
+                f"{', '.join(workloads)})")
+    if result.status != "ok":
+        return None
+    lacking = []
+    if not result.phases:
+        lacking.append("its timed phases")
+    if not result.outputs and workloads[result.cell.workload].headline_metric.value(result) is None:
+        lacking.append(f"its headline figure ({workloads[result.cell.workload].headline_metric.name})")
+    if not result.provenance.framework_version:
+        lacking.append("the framework version (provenance.framework_version)")
+    if lacking:
+        return f"status ok but it lacks {', '.join(lacking)}: not a finished measurement"
+    return None
+
+
+def adopt(cell: Cell, result: Result) -> Result:
+    """The result a cell handed back for the job `cell`, filed under the job's own cell: one that
+    names another cell, or says ok without what an ok result carries, is that cell failed, with
+    why (docs/RUN-GUARANTEES.md, the trust model)."""
+    if result.cell != cell:
+        claimed = result.cell.key if isinstance(result.cell, Cell) else result.cell
+        return Result(cell=cell, status="failed",
+                      reason=f"its result names another cell ({str(claimed)[:200]!r}); refused")
+    problem = ok_result_problem(result)
+    if problem:
+        return Result(cell=cell, status="failed", reason=f"its result is refused: {problem}")
+    return result
 
 
 def load_results(results_dir: str | os.PathLike) -> list[Result]:
@@ -92,9 +130,15 @@ def load_cells(results_dir: str | os.PathLike) -> LoadedResults:
     loaded = LoadedResults([], [])
     for path in _cell_files(cells_dir):
         try:
-            loaded.results.append(read_cell_file(path))
+            result = read_cell_file(path)
         except SchemaError as error:
             loaded.unreadable.append(Unreadable(path, str(error).removeprefix(f"{path}: ")))
+            continue
+        problem = ok_result_problem(result)
+        if problem:
+            loaded.unreadable.append(Unreadable(path, problem))
+        else:
+            loaded.results.append(result)
     if not loaded.results:
         first = loaded.unreadable[0]
         raise UserError(f"no readable result in {cells_dir}: {len(loaded.unreadable)} unreadable file(s), e.g. "

@@ -199,6 +199,7 @@ def cell_paths(folder: Path, key: str) -> tuple[Path, Path]:
     through a link; `.work` and `logs` themselves are refused if they are links."""
     folder = Path(os.path.abspath(folder))
     work_root = safe_files.make_folder(folder / WORK_FOLDER, below=folder)
+    key = safe_files.safe_name(key)  # never a path (docs/RUN-GUARANTEES.md, the trust model)
     log_path = folder / LOGS_FOLDER / f"{key}.log"
     safe_files.create_fresh_file(log_path, below=folder)
     return work_root / key, log_path

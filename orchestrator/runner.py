@@ -21,6 +21,7 @@ from orchestrator import host, onnx_export, run_folder, telemetry
 from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
+from orchestrator import results
 from orchestrator.results import cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration, options as framework_options, safe_files
@@ -71,10 +72,11 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                 data_dir: Path, resume: bool, timeout: float | None, console: Console, metadata: dict | None,
                 parity: bool, accelerator_types: dict[tuple[str, str], str], idle_window_s: float) -> RunSummary:
     summary = RunSummary(results_dir)
+    _check_names(cells)
     revision = host.git_revision()
     pending = []
     for cell in cells:
-        if resume and _finished(cell_path(results_dir, cell)):
+        if resume and _finished(cell_path(results_dir, cell), cell):
             summary.skipped += 1
         else:
             pending.append(cell)
@@ -102,14 +104,17 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
         dispatch = (own_dispatch(progress=progress, task=task) if own_dispatch
                     else SerialDispatch(backend, started, telemetry=telemetry.Telemetry(idle_window_s=idle_window_s)))
 
-        def finish(result: Result) -> None:
+        def finish(cell: Cell, result: Result) -> None:
+            """File `result` under the cell the host asked for, whatever the result claims
+            (docs/RUN-GUARANTEES.md, the trust model)."""
+            result = results.adopt(cell, result)
             result.provenance.backend = result.provenance.backend or backend.name
             result.provenance.git_revision = result.provenance.git_revision or revision
             if own_dispatch and result.energy is None and result.provenance.cluster:
                 result.energy = telemetry.not_sampled("ran on a cluster node: energy is measured only for "
                                                       "cells that run on the orchestrator's host")
             _write_packages(result, results_dir, finished=len(summary.results))
-            _write_result(result, cell_path(results_dir, result.cell), results_dir, finished=len(summary.results))
+            _write_result(result, cell_path(results_dir, cell), results_dir, finished=len(summary.results))
             summary.results.append(result)
             console.print(_describe(result))
             progress.advance(task)
@@ -138,13 +143,13 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             for step in steps:  # in the run order; a serial backend runs each job as it is gathered
                 if isinstance(step, Result):
                     step.wall_time_s = 0.0
-                    finish(step)
+                    finish(step.cell, step)
                     continue
                 dispatch.submit(step)
-                for _, result in dispatch.gather(wait=False):
-                    finish(result)
-            for _, result in dispatch.gather(wait=True):
-                finish(result)
+                for job, result in dispatch.gather(wait=False):
+                    finish(job.cell, result)
+            for job, result in dispatch.gather(wait=True):
+                finish(job.cell, result)
         except KeyboardInterrupt:
             dispatch.cancel()
             raise Interrupted(f"interrupted: {len(summary.results)} finished cell(s) kept in {results_dir}; "
@@ -204,13 +209,25 @@ def _write_packages(result: Result, results_dir: Path, *, finished: int) -> None
                                            f"--results-dir {results_dir}") from None
 
 
-def _finished(path: Path) -> bool:
-    """An ok result is on disk: read as `report` reads it (a link, FIFO, device or malformed record
-    is never a finished cell)."""
+def _finished(path: Path, cell: Cell) -> bool:
+    """An ok result of this very cell is on disk: read as `report` reads it (a link, FIFO, device,
+    malformed record, another cell's record or an ok without its figures is never a finished cell)."""
     try:
-        return read_cell_file(path).status == "ok"
+        result = read_cell_file(path)
     except (OSError, SchemaError):
         return False
+    return result.status == "ok" and results.adopt(cell, result) is result
+
+
+def _check_names(cells: list[Cell]) -> None:
+    """Every cell's key is one plain file name before anything is made of it (safe_files.safe_name):
+    a name from a matrix or a framework's metadata never names a path."""
+    for cell in cells:
+        try:
+            safe_files.safe_name(cell.key)
+        except safe_files.UnsafePath as error:
+            raise UserError(f"cell {cell.framework[:80]!r}: its key {error}; rename the framework, variant "
+                            f"or option value") from None
 
 
 def _prefetch(cells: list[Cell], data_dir: Path, console: Console,

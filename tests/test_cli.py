@@ -10,6 +10,7 @@ import pytest
 from conftest import default_signal_dispositions
 from orchestrator.__main__ import main
 from workloads.common.result import Cell, Result
+from records import OK_RESULT_IMPORTS, ok_result_source
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,8 +84,8 @@ def test_missing_dataset_fails_its_cells_with_the_fix_and_the_rest_run(in_tmp, c
     monkeypatch.setenv("ROSETTA_OFFLINE", "1")
     fake = in_tmp / "fake-python"
     fake.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
-                    "from workloads.common.result import Result\n"
-                    "request = CellRequest.read(sys.argv[-1])\nResult(request.cell).write(request.out)\n")
+                    + OK_RESULT_IMPORTS
+                    + f"request = CellRequest.read(sys.argv[-1])\n{ok_result_source('request.cell')}.write(request.out)\n")
     fake.chmod(0o755)
     code = main(["run-matrix", "--backend", "local", "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,resnet50",
                  "--python", str(fake), "--data", "real", "--data-dir", str(in_tmp / "data"),
@@ -221,7 +222,7 @@ def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_
         f"    open({str(tmp_path / 'hanging.pid')!r}, 'w').write(str(os.getpid()))\n"
         "    time.sleep(120)\n"
         f"open({str(tmp_path / 'one-done')!r}, 'w').close()\n"
-        "Result(request.cell).write(request.out)\n"))
+        + OK_RESULT_IMPORTS + f"{ok_result_source('request.cell')}.write(request.out)\n"))
     fake.chmod(0o755)
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
                "--variants", "cpu", "--workloads", "cnn,gru", "--python", str(fake), "--data", "synthetic", "--profile", "smoke",

@@ -12,6 +12,7 @@ from orchestrator.__main__ import build_parser, main
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
 from workloads.common.result import Result
+from records import measured
 
 VERBS = ["run-matrix", "build", "push", "publish", "pull", "compose", "parity", "check-pins", "report", "compare",
          "export", "list", "doctor"]
@@ -123,7 +124,7 @@ class RecordingBackend:
         pass
 
     def run_cell(self, job):
-        return Result(cell=job.cell, status="ok")
+        return measured(Result(cell=job.cell, status="ok"))
 
 
 def test_a_registered_backend_is_offered_and_runs_cells(monkeypatch, tmp_path, capsys):
@@ -171,7 +172,7 @@ class OrderRecordingBackend(RecordingBackend):
         if job.cell.key in OrderRecordingBackend.fail:
             OrderRecordingBackend.fail.discard(job.cell.key)
             return Result(cell=job.cell, status="failed", reason="flaky")
-        return Result(cell=job.cell, status="ok")
+        return measured(Result(cell=job.cell, status="ok"))
 
 
 @pytest.fixture

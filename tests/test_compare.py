@@ -19,6 +19,7 @@ from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
 from conftest import error_line
+from records import cell_file, measured
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_REASON = "<script>alert(1)</script> | exploded"
@@ -35,15 +36,15 @@ def result(framework, rate, *, repeat=0, workload="cnn", accuracy=0.77, status="
     elif status == "ok":
         metrics = Metrics(steady_samples_per_s=rate, samples_per_s=rate * 0.9, train_time_s=50_000 / rate,
                           test_accuracy=accuracy)
-    return Result(cell=Cell(framework=framework, workload=workload, variant="cuda12", profile=profile,
+    return measured(Result(cell=Cell(framework=framework, workload=workload, variant="cuda12", profile=profile,
                             repeat=repeat, options=options or {}),
                   status=status, reason=reason, metrics=metrics,
-                  provenance=Provenance(framework_version=version, device="cuda", gpu_name=gpu, backend="docker"))
+                  provenance=Provenance(framework_version=version, device="cuda", gpu_name=gpu, backend="docker")))
 
 
 def write_run(folder: Path, results: list[Result]) -> Path:
     for item in results:
-        item.write(cell_path(folder, item.cell))
+        item.write(cell_file(folder, item))
     return folder
 
 

@@ -133,8 +133,9 @@ def toy_declared(monkeypatch):
 
 def test_a_made_up_workload_reaches_the_report_from_its_declaration(tmp_path, toy_declared):
     for framework, rate, batch_s in (("slowfw", 100.0, 0.04), ("fastfw", 200.0, 0.02)):
-        result = Result(Cell(framework, "toy"))
+        result = Result(Cell(framework, "toy"), phases={"inference": 1.0})
         result.metrics.images_per_s, result.metrics.parameter_count = rate, 10
+        result.provenance.framework_version = "0.0-stand-in"
         result.samples.batch_times_s = [batch_s] * 3
         result.write(cell_path(tmp_path, result.cell))
     summary = report.summarise(to_frame(load_results(tmp_path)))["toy"]

@@ -79,7 +79,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
         time.sleep(120)
     if cell.data == "real":  # more memory than the limit the test gives it
         hog = [bytearray(16 << 20) for _ in range(64)]
-    result = Result(cell)
+    result = Result(cell, phases={"train": 1.0}, metrics=Metrics(steady_samples_per_s=1.0),
+                    provenance=Provenance(framework_version="0.0-stand-in"))
     if cell.workload == "resnet50":
         result.status, result.reason = "unsupported", "resnet50 needs a GPU here"
         result.write(request.out)

@@ -13,6 +13,7 @@ from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
 from conftest import error_line
+from records import measured
 
 # Text a CSV writer must quote: a comma, a quote, a line break, and HTML for good measure.
 AWKWARD_REASON = 'CUDA OOM, "twice"\nthen <script>alert(1)</script>'
@@ -26,12 +27,12 @@ def result(framework, workload, repeat, *, rate=None, status="ok", reason=None, 
     elif status == "ok":
         metrics = Metrics(steady_samples_per_s=rate, samples_per_s=rate * 0.9, train_time_s=50_000 / rate,
                           test_accuracy=0.77, parameter_count=3_441_592)
-    return Result(cell=Cell(framework=framework, workload=workload, variant="cuda12", repeat=repeat,
+    return measured(Result(cell=Cell(framework=framework, workload=workload, variant="cuda12", repeat=repeat,
                             options=options or {}),
                   status=status, reason=reason, metrics=metrics, started_at=f"2026-12-02T10:0{repeat}:00+00:00",
                   provenance=Provenance(framework_version="2.5.1", cuda_version="12.4", device="cuda",
                                         gpu_name="NVIDIA H200", gpu_driver="570.1", backend="docker",
-                                        image_digest=DIGEST, git_revision="abc1234"))
+                                        image_digest=DIGEST, git_revision="abc1234")))
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from workloads.__main__ import main
 from workloads.common import foreign, hyperparams
 from workloads.common.harness import Unsupported
 from workloads.common.result import EXIT_UNSUPPORTED, Cell, Metrics, Provenance, Result
+from records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
@@ -353,9 +354,9 @@ def test_a_foreign_workload_keeps_the_exit_codes_and_the_result(tmp_path):
 def timed(framework: str, workload: str, figure: float) -> Result:
     metrics = (Metrics(seconds_per_1000_images=1000 / figure, images_per_s=figure) if workload == "resnet50"
                else Metrics(steady_samples_per_s=figure, train_time_s=10.0, test_accuracy=0.5))
-    return Result(cell=Cell(framework=framework, workload=workload, profile="smoke", data="synthetic"),
+    return measured(Result(cell=Cell(framework=framework, workload=workload, profile="smoke", data="synthetic"),
                   status="ok", metrics=metrics,
-                  provenance=Provenance(device="cpu", cpu_model="EPYC", framework_version="keras 3.15.1"))
+                  provenance=Provenance(device="cpu", cpu_model="EPYC", framework_version="keras 3.15.1")))
 
 
 def test_the_report_shows_what_the_language_adds_against_its_engine(tmp_path):

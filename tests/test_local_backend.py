@@ -11,12 +11,14 @@ from orchestrator.backends import CellJob
 from orchestrator.backends.local import LocalBackend
 from orchestrator.runner import run_cells
 from workloads.common.result import Cell, Result
+from records import OK_RESULT_IMPORTS, ok_result_source
 
 REGISTRY = frameworks.discover()
 
 
 def fake_interpreter(tmp_path: Path, body: str) -> str:
-    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`."""
+    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`
+    (where `ok(cell)` makes an ok result with what an ok result carries)."""
     script = tmp_path / "fake-python"
     script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
         import os, sys, time
@@ -24,7 +26,7 @@ def fake_interpreter(tmp_path: Path, body: str) -> str:
         request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
         out = request.out
         open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
-    """) + textwrap.dedent(body))
+    """) + OK_RESULT_IMPORTS + f"def ok(cell):\n    return {ok_result_source('cell')}\n" + textwrap.dedent(body))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)
 
@@ -58,7 +60,7 @@ def test_unsupported_exit_code_and_isolated_home(tmp_path):
     body = """
         from workloads.common.result import Cell, Result
         assert os.environ["HOME"].endswith("/home") and "PYTHONPATH" in os.environ
-        Result(Cell("pytorch", "cnn"), status="unsupported", reason="fp16 needs a CUDA GPU").write(out)
+        Result(request.cell, status="unsupported", reason="fp16 needs a CUDA GPU").write(out)
         sys.exit(3)
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
@@ -72,7 +74,7 @@ def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_p
         workload = request.cell.workload
         if workload == "gru":
             sys.exit("gru exploded")
-        Result(Cell("pytorch", workload, profile="smoke", data="synthetic")).write(out)
+        ok(Cell("pytorch", workload, profile="smoke", data="synthetic")).write(out)
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
     cells = [Cell("pytorch", w, profile="smoke", data="synthetic") for w in ("cnn", "gru", "resnet50")]
@@ -220,7 +222,7 @@ def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
         from workloads.common.result import Cell, Result
         child = subprocess.Popen(["sleep", "300"])
         open({str(child_pid)!r}, "w").write(str(child.pid))
-        Result(Cell("pytorch", "cnn", profile="smoke", data="synthetic")).write(out)
+        ok(Cell("pytorch", "cnn", profile="smoke", data="synthetic")).write(out)
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
     try:

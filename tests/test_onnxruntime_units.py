@@ -24,6 +24,7 @@ from orchestrator.results import cell_path
 from workloads.common import canonical, hyperparams
 from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result
+from records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
@@ -133,7 +134,7 @@ class ExportingBackend:
             (job.export_dir / name).write_bytes(name.encode() * 100)
         files = {name: file_digest(job.export_dir / name, "sha256") for name in onnx_export.MODEL_FILES}
         (job.export_dir / "export.json").write_text(json.dumps({"opset": 20, "files": files}))
-        result = Result(cell=job.cell)
+        result = measured(Result(cell=job.cell))
         result.provenance.interpreter = "/venvs/pytorch/bin/python"
         return result
 
@@ -198,7 +199,7 @@ def test_no_export_when_no_cell_needs_it(tmp_path):
 # --- the report ---------------------------------------------------------------------------------------
 
 def test_the_report_shows_workloads_a_framework_does_not_implement_as_not_applicable(tmp_path):
-    result = Result(cell=Cell("onnxruntime", "resnet50", profile="smoke", data="synthetic"))
+    result = measured(Result(cell=Cell("onnxruntime", "resnet50", profile="smoke", data="synthetic")))
     result.metrics.images_per_s, result.metrics.parameter_count = 150.0, 23_508_032
     result.write(cell_path(tmp_path, result.cell))
     parsed = matrix.parse('[frameworks.onnxruntime]\nvariants = ["cpu"]\n', REGISTRY)

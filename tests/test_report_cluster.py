@@ -12,6 +12,7 @@ from orchestrator.report.frame import cluster_node
 from orchestrator.report.metadata import run_metadata
 from orchestrator.results import cell_path, load_cells
 from workloads.common.result import Cell, Metrics, Provenance, Result
+from records import measured
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 NODE_A, NODE_B = "a1" * 28, "b2" * 28  # Ray's node ids: 56 hex digits
@@ -26,13 +27,13 @@ def cell_result(framework: str, rate: float, *, gpu: str, node_id: str | None, h
         if tries is not None:
             cluster["tries"] = tries
     steps = [0.5] + [0.01] * 19
-    return Result(
+    return measured(Result(
         cell=Cell(framework, "cnn", variant="cuda12", precision="fp32", profile="full", data="real", repeat=repeat),
         metrics=Metrics(train_time_s=sum(steps), samples_per_s=1000.0, steady_samples_per_s=rate,
                         test_accuracy=0.77, parameter_count=3_441_592),
         provenance=Provenance(framework_version="1.0", device="cuda", gpu_name=gpu, hostname="c0ffee123456",
                               backend="ray/docker" if cluster else "docker", cluster=cluster,
-                              extras={"optimizer": "SGD", "layout": "NCHW", "tf32": "off"}))
+                              extras={"optimizer": "SGD", "layout": "NCHW", "tf32": "off"})))
 
 
 def write(folder, results) -> None:

@@ -17,6 +17,7 @@ from orchestrator.report.summary import OUTLIER_FLOOR, SLOW_STEP_FACTOR, slow_st
 from orchestrator.results import cell_path, load_cells, load_reference, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
+from records import cell_file, measured
 
 H200, A100, XEON = "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Intel(R) Xeon(R) Gold 6338"
 STEADY_STEPS = [0.5] + [0.01] * 19  # a first step (compilation), then even steps
@@ -37,18 +38,18 @@ def training(framework, rate, *, workload="cnn", accuracy=0.77, device="cuda", g
     facts = dict(framework_version="1.0", device=device, gpu_name=gpu_model if device == "cuda" else None,
                  cpu_model=XEON, hostname="host-1", extras=recorded)
     facts.update(provenance)
-    return Result(
+    return measured(Result(
         cell=Cell(framework, workload, variant=variant or ("cuda12" if device == "cuda" else "cpu"), precision=precision,
                   profile=profile, data=data, repeat=repeat, init=init, options=dict(options or {})),
         status=status, reason=reason, metrics=metrics,
         samples=Samples(first_step_s=steps[0], epoch_times_s=[sum(steps)],
                         epoch_steps=epoch_steps or [len(steps)], batch_times_s=steps, traces=dict(traces or {})),
-        provenance=Provenance(**facts))
+        provenance=Provenance(**facts)))
 
 
 def write(folder, results) -> None:
     for result in results:
-        result.write(cell_path(folder, result.cell))
+        result.write(cell_file(folder, result))
 
 
 def summary_of(folder, workload="cnn"):
@@ -285,9 +286,9 @@ def test_a_step_much_slower_than_the_median_flags_a_suspected_retrace(tmp_path):
 
 
 def test_inference_batches_are_not_judged_as_training_steps(tmp_path):
-    result = Result(Cell("pytorch", "resnet50", variant="cuda12"), metrics=Metrics(images_per_s=900.0),
-                    samples=Samples(batch_times_s=[0.03] * 10 + [0.9]),
-                    provenance=Provenance(device="cuda", gpu_name=H200))
+    result = measured(Result(Cell("pytorch", "resnet50", variant="cuda12"), metrics=Metrics(images_per_s=900.0),
+                             samples=Samples(batch_times_s=[0.03] * 10 + [0.9]),
+                             provenance=Provenance(device="cuda", gpu_name=H200)))
     write(tmp_path, [result])
     assert only(summary_of(tmp_path, "resnet50"), framework="pytorch")["flags"] == []
 

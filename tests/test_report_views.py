@@ -21,6 +21,7 @@ from orchestrator.report.steps import MAX_COLUMNS, step_plot
 from orchestrator.report.sweep import speed_ratio, sweep_tables
 from orchestrator.results import cell_path, load_cells, load_reference
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
+from records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = "NVIDIA H200"
@@ -40,7 +41,7 @@ def training(framework, rate, *, variant="cu126", precision="fp32", repeat=0, st
     extras = {"layout": "NCHW", "tf32": "off", "optimizer": "SGD"}
     if matched:
         extras["matched"] = matched
-    return Result(
+    return measured(Result(
         cell=Cell(framework, workload, variant=variant, precision=precision, profile="full", data="real",
                   repeat=repeat),
         status=status, reason=reason, metrics=metrics,
@@ -48,17 +49,17 @@ def training(framework, rate, *, variant="cu126", precision="fp32", repeat=0, st
                         batch_times_s=steps if status == "ok" else []),
         provenance=Provenance(framework_version="1.0", device="cuda", gpu_name=H200, gpu_driver=driver,
                               cuda_version=cuda, cudnn_version=cudnn, cpu_model="Xeon", hostname="host-1",
-                              extras=extras))
+                              extras=extras)))
 
 
 def inference(framework, images_per_s, *, variant="cu126", warmup=5) -> Result:
-    return Result(
+    return measured(Result(
         cell=Cell(framework, "resnet50", variant=variant, profile="full", data="real"),
         metrics=Metrics(images_per_s=images_per_s, seconds_per_1000_images=1000 / images_per_s,
                         parameter_count=23_508_032),
         samples=Samples(batch_times_s=[32 / images_per_s] * 40),
         settings={"batch_size": 32, "warmup_batches": warmup},
-        provenance=Provenance(framework_version="1.0", device="cuda", gpu_name=H200, cpu_model="Xeon"))
+        provenance=Provenance(framework_version="1.0", device="cuda", gpu_name=H200, cpu_model="Xeon")))
 
 
 def write(folder: Path, results, not_applicable=()) -> Path:

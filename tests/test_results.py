@@ -10,11 +10,12 @@ from orchestrator.errors import UserError
 from orchestrator.results import cell_path, load_reference, load_results, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
+from records import measured
 
 
 def make_result(framework="pytorch", workload="cnn", *, precision="fp32", repeat=0,
                 status="ok", reason=None, train_time_s=12.0) -> Result:
-    return Result(
+    return measured(Result(
         cell=Cell(framework=framework, workload=workload, variant="cuda12", precision=precision,
                   profile="full", data="real", repeat=repeat),
         status=status,
@@ -29,7 +30,7 @@ def make_result(framework="pytorch", workload="cnn", *, precision="fp32", repeat
                               cuda_version="12.8", backend="docker", git_revision="abc1234",
                               image_digest="sha256:0123"),
         wall_time_s=train_time_s + 5,
-    )
+    ))
 
 
 def write_all(results_dir, results):

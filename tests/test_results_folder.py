@@ -24,6 +24,7 @@ from orchestrator.backends import registry
 from orchestrator.backends.local import READY_MARKER, LocalBackend
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
+from records import OK_RESULT_IMPORTS, measured, ok_result_source
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
@@ -49,7 +50,7 @@ class FakeBackend:
         job.log_path.parent.mkdir(parents=True, exist_ok=True)  # as the real backends do
         with open(job.log_path, "ab") as log:  # as a cell's subprocess does: appends to what it is given
             log.write(b"cell output\n")
-        return Result(cell=job.cell, status="ok")
+        return measured(Result(cell=job.cell, status="ok"))
 
 
 @pytest.fixture
@@ -98,9 +99,8 @@ def fake_interpreter(folder: Path) -> str:
     """Stands in for a framework's Python: `python -m workloads --cell FILE` writes an ok result."""
     script = folder / "fake-python"
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
-                      "from workloads.common.result import Result\n"
-                      "request = CellRequest.read(sys.argv[-1])\nprint('cell output')\n"
-                      "Result(request.cell).write(request.out)\n")
+                      + OK_RESULT_IMPORTS + "request = CellRequest.read(sys.argv[-1])\nprint('cell output')\n"
+                      + f"{ok_result_source('request.cell')}.write(request.out)\n")
     script.chmod(0o755)
     return str(script)
 

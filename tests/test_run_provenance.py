@@ -14,6 +14,7 @@ from orchestrator.runner import packages_path, run_cells
 from orchestrator.results import read_cell_file
 from workloads.common import provenance
 from workloads.common.result import Cell, Result
+from records import measured
 
 REGISTRY = frameworks.discover()
 NUMPY_ONLY = ["numpy==2.1.0", "pip==24.0"]
@@ -35,7 +36,7 @@ class PackagesBackend:
         pass
 
     def run_cell(self, job):
-        result = Result(cell=job.cell)
+        result = measured(Result(cell=job.cell))
         result.provenance.packages = list(self.lists[job.cell.framework])
         result.provenance.packages_sha256 = provenance.packages_digest(result.provenance.packages)
         return result

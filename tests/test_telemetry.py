@@ -15,6 +15,7 @@ from orchestrator.backends.local import LocalBackend
 from orchestrator.runner import run_cells
 from workloads.common.harness import Run
 from workloads.common.result import Cell, Result
+from records import measured
 
 REGISTRY = frameworks.discover()
 
@@ -383,7 +384,8 @@ def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monke
     monkeypatch.setattr(LocalBackend, "run_cell", cell_taking_a_thousand_seconds)
     body = f"""
         from workloads.common.result import Result
-        result = Result(cell=request.cell, settings={{"batch_size": 4}})
+        result = Result(cell=request.cell, settings={{"batch_size": 4}}, phases={{"train": 1.0}})
+        result.metrics.steady_samples_per_s, result.provenance.framework_version = 1.0, "0.0-stand-in"
         result.samples.epoch_steps = [6]
         open({str(root / "intel-rapl:0" / "energy_uj")!r}, "w").write("3000000\\n")
         result.phase_spans = {{"steady": [[1000.0, 2000.0]]}}
@@ -423,7 +425,7 @@ def energy_result(framework: str, repeat: int, *, rate: float, joules: float | N
                                basis_phase="steady", basis_samples=100, basis_devices=["gpu"],
                                joules_per_sample=joules, net_joules_per_sample=joules / 2,
                                samples_per_joule=1 / joules, kwh=joules * 100 / 3.6e6)
-    return result
+    return measured(result)
 
 
 def test_the_report_shows_energy_columns_and_one_chart(tmp_path):
@@ -433,8 +435,8 @@ def test_the_report_shows_energy_columns_and_one_chart(tmp_path):
     made = [energy_result("pytorch", repeat, rate=1000.0 + 100 * repeat, joules=0.2 + 0.1 * repeat)
             for repeat in range(3)]
     made.append(energy_result("tensorflow", 0, rate=500.0, joules=0.8))
-    made.append(Result(cell=Cell("jax", "cnn", variant="cu130", profile="full", data="real"),
-                       metrics=made[0].metrics))  # an older result: no energy record
+    made.append(measured(Result(cell=Cell("jax", "cnn", variant="cu130", profile="full", data="real"),
+                                metrics=made[0].metrics)))  # an older result: no energy record
     for result in made:
         result.write(cell_path(tmp_path, result.cell))
     markdown_path, html_path = render(tmp_path)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Protocol
 
+from orchestrator import results
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
@@ -178,15 +179,18 @@ def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str | None:
 
 def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: Path,
             timed_out_after: float | None = None) -> Result:
-    """Turn what a finished (or killed) workload left behind into its final Result."""
+    """Turn what a finished (or killed) workload left behind into its final Result, filed under the
+    job's own `cell`. What the cell wrote is untrusted (docs/RUN-GUARANTEES.md, the trust model):
+    read bounded, never through a link, type-checked (results.read_cell_file); a result that names
+    another cell, or says ok without what an ok result carries, is that cell failed, with why."""
     if timed_out_after is not None:
         result = Result(cell=cell, status="timeout",
                         reason=f"timed out after {timed_out_after:g} s; the cell was killed")
-    elif not result_file.is_file():
+    elif not os.path.lexists(result_file):
         result = Result(cell=cell, status="failed", reason=f"exit code {exit_code}; no result written")
     else:
         try:
-            result = Result.read(result_file)
+            result = results.read_cell_file(result_file)
         except SchemaError as error:
             result = Result(cell=cell, status="failed", reason=f"unreadable result: {error}")
         if exit_code == EXIT_UNSUPPORTED:
@@ -196,6 +200,7 @@ def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: P
             result.reason = result.reason or f"exit code {exit_code}"
         elif result.status != "ok":
             result.reason = result.reason or f"status {result.status} with exit code 0"
+        result = results.adopt(cell, result)
     if result.status != "ok":
         result.stderr_tail = tail(log_path)
     return result
