@@ -36,7 +36,7 @@ from orchestrator.errors import UserError
 from orchestrator.report.formatting import format_fraction, formatter, missing
 from orchestrator.report.frame import report_frame
 from orchestrator.report.summary import DIVERGED, device_identity, row_name
-from orchestrator.results import CELLS_FOLDER, INVALID, load_cells
+from orchestrator.results import CELLS_FOLDER, INVALID, Unreadable, load_cells
 from orchestrator.run_folder import COMPARE_PAGES
 from workloads.common import declaration, safe_files
 from workloads.common.declaration import HIGHER
@@ -119,6 +119,7 @@ class Comparison:
     only_base: list[dict]  # {"identity", "name", "status"} per cell only BASE has
     only_new: list[dict]
     unreadable: dict[str, int]  # "BASE"/"NEW" -> cell files that could not be read
+    left_out: list[Unreadable] = dataclasses.field(default_factory=list)  # those files, each with why
 
     @property
     def worse(self) -> list[Row]:
@@ -141,8 +142,8 @@ def check_factor(factor: float) -> float:
 
 # --- reading the runs -------------------------------------------------------------------------
 
-def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, int]:
-    """The report's frame of one run folder, and how many cell files could not be read."""
+def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, list[Unreadable]]:
+    """The report's frame of one run folder, and the cell files that could not be read."""
     folder = Path(folder)
     if not folder.is_dir() or not (folder / CELLS_FOLDER).is_dir():
         raise UserError(f"{side} {folder} is not a run folder (no {CELLS_FOLDER}/ in it); pass a folder "
@@ -153,7 +154,7 @@ def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, int]:
         raise UserError(f"{side}: {error}") from None
     frame = report_frame(loaded.results)
     frame[IDENTITY] = frame[IDENTITY].fillna("").astype(str)
-    return frame, len(loaded.unreadable)
+    return frame, loaded.unreadable
 
 
 def _side(repeats: pd.DataFrame, workload: declaration.Workload) -> Side:
@@ -289,7 +290,8 @@ def compare(base_dir: str | os.PathLike, new_dir: str | os.PathLike, factor: flo
 
     return Comparison(base_dir=Path(base_dir), new_dir=Path(new_dir), factor=factor, rows=rows,
                       only_base=only(base_cells, new_cells), only_new=only(new_cells, base_cells),
-                      unreadable={"BASE": base_unreadable, "NEW": new_unreadable})
+                      unreadable={"BASE": len(base_unreadable), "NEW": len(new_unreadable)},
+                      left_out=[*base_unreadable, *new_unreadable])
 
 
 # --- as text ---------------------------------------------------------------------------------------

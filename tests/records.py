@@ -1,4 +1,5 @@
-"""Result records as the harness writes them, for tests that build their own.
+"""Result records as the harness writes them, for tests that build their own, and a stand-in
+interpreter that writes them from a real subprocess.
 
 An ok result carries its timed phases, its headline figure and the framework version it measured
 (orchestrator.results.ok_result_problem; docs/RUN-GUARANTEES.md, the trust model): one without is
@@ -6,6 +7,9 @@ a failed cell or an unreadable file. Tests that check other things give their re
 from __future__ import annotations
 
 import hashlib
+import stat
+import sys
+import textwrap
 from pathlib import Path
 
 from orchestrator.results import CELLS_FOLDER, cell_path
@@ -49,3 +53,18 @@ def cell_file(folder: Path, result: Result) -> Path:
     except safe_files.UnsafePath:
         digest = hashlib.sha256(result.cell.key.encode("utf-8")).hexdigest()[:16]
         return Path(folder) / CELLS_FOLDER / f"hostile-{digest}.json"
+
+
+def fake_interpreter(tmp_path: Path, body: str) -> str:
+    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`
+    (where `ok(cell)` makes an ok result with what an ok result carries)."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
+        import os, sys, time
+        from workloads.common.cell import CellRequest
+        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
+        out = request.out
+        open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
+    """) + OK_RESULT_IMPORTS + f"def ok(cell):\n    return {ok_result_source('cell')}\n" + textwrap.dedent(body))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)

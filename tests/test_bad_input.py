@@ -196,9 +196,16 @@ def foreign(**changes) -> dict:
 
 
 def render_report(results_dir: Path, capsys) -> str:
-    assert main(["report", str(results_dir)]) == 0, capsys.readouterr().err
-    assert "Traceback" not in capsys.readouterr().err
-    return (results_dir / "report.md").read_text()
+    """report.md of `results_dir`, rendered by the command: exit 1 and a "left out FILE: why" line
+    when a file had to be left out (docs/RUN-GUARANTEES.md, the trust model), else exit 0."""
+    code = main(["report", str(results_dir)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    markdown = (results_dir / "report.md").read_text()
+    left_out = "## Unreadable result files" in markdown
+    assert code == (1 if left_out else 0), err
+    assert ("left out " in err) == left_out, err
+    return markdown
 
 
 def table_row(markdown: str, framework: str) -> list[str]:
@@ -287,7 +294,8 @@ def test_fifo_device_link_or_folder_in_cells_neither_hangs_nor_fills_memory(tmp_
         finished = _report_in_a_bounded_process(tmp_path)
     except subprocess.TimeoutExpired:
         pytest.fail("report hung on a planted file in cells/")
-    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.returncode == 1, finished.stderr[-2000:]  # rendered, the planted file left out and named
+    assert "left out " in finished.stderr and "planted.json" in finished.stderr
     markdown = (tmp_path / "report.md").read_text()
     [listed] = [line for line in markdown.splitlines() if line.startswith("- planted.json: ")]
     assert reason in listed

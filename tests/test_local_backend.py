@@ -11,24 +11,9 @@ from orchestrator.backends import CellJob
 from orchestrator.backends.local import LocalBackend
 from orchestrator.runner import run_cells
 from workloads.common.result import Cell, Result
-from records import OK_RESULT_IMPORTS, ok_result_source
+from records import fake_interpreter
 
 REGISTRY = frameworks.discover()
-
-
-def fake_interpreter(tmp_path: Path, body: str) -> str:
-    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`
-    (where `ok(cell)` makes an ok result with what an ok result carries)."""
-    script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
-        import os, sys, time
-        from workloads.common.cell import CellRequest
-        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
-        out = request.out
-        open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
-    """) + OK_RESULT_IMPORTS + f"def ok(cell):\n    return {ok_result_source('cell')}\n" + textwrap.dedent(body))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script)
 
 
 def job(tmp_path, timeout=None):

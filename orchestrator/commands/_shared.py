@@ -6,3 +6,16 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and 
 EXIT_CELLS_FAILED = 1  # the command ran, but a cell (or a check) failed
 EXIT_USER_ERROR = 2  # a UserError: the message names the fix
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
+
+LEFT_OUT_SHOWN = 20  # files named one per line; the rest counted
+
+
+def left_out(unreadable) -> int:
+    """Name each cell file a command could not use (results.Unreadable: its path and why), one line
+    each, and return the exit code that says so: EXIT_CELLS_FAILED when any was left out, else 0.
+    What the rest holds is still rendered (docs/RUN-GUARANTEES.md, the trust model)."""
+    for item in list(unreadable)[:LEFT_OUT_SHOWN]:
+        console.print(f"left out {item.path}: {item.reason}", markup=False)
+    if len(unreadable) > LEFT_OUT_SHOWN:
+        console.print(f"... and {len(unreadable) - LEFT_OUT_SHOWN} more file(s) left out", markup=False)
+    return EXIT_CELLS_FAILED if unreadable else 0

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
+from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
 
 HELP = "compare two runs cell by cell: exit 1 when NEW got significantly worse than BASE"
@@ -56,7 +56,7 @@ def run_compare(base: Path, new: Path, *, factor: float, out_dir: Path | None = 
     worse = comparison.worse
     console.print(f"{len(worse)} of {len(comparison.rows)} matched cells worse (factor {comparison.factor:g}); "
                   f"compare: {markdown} and {html}", markup=False)
-    return EXIT_CELLS_FAILED if worse else 0
+    return EXIT_CELLS_FAILED if worse else left_out(comparison.left_out)
 
 
 def _print_table(comparison) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator import run_folder
-from orchestrator.commands._shared import console
+from orchestrator.commands._shared import console, left_out
 from orchestrator.errors import UserError
 
 HELP = "export a run's results as a tidy table (one row per cell and repeat) for notebooks"
@@ -35,12 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    export(args.results_dir, out=args.out, format=args.format)
-    return 0
+    unreadable: list = []
+    export(args.results_dir, out=args.out, format=args.format, unreadable=unreadable)
+    return left_out(unreadable)
 
 
-def tidy_frame(results_dir: Path) -> pd.DataFrame:
-    """The run's results, one row per cell and repeat: identity, outcome, metrics, provenance."""
+def tidy_frame(results_dir: Path, unreadable: list | None = None) -> pd.DataFrame:
+    """The run's results, one row per cell and repeat: identity, outcome, metrics, provenance.
+    `unreadable` receives the cell files left out (results.Unreadable: each with why)."""
     from orchestrator.report.frame import report_frame
     from orchestrator.results import CELLS_FOLDER, METRIC_COLUMNS, derived_metrics, load_cells
     from workloads.common import declaration
@@ -50,9 +52,8 @@ def tidy_frame(results_dir: Path) -> pd.DataFrame:
         raise UserError(f"{results_dir} is not a run folder (no {CELLS_FOLDER}/ in it); pass a folder run-matrix "
                         f"wrote, e.g. results/<run-id>")
     loaded = load_cells(results_dir)
-    if loaded.unreadable:
-        console.print(f"{len(loaded.unreadable)} unreadable cell file(s) left out, e.g. "
-                      f"{loaded.unreadable[0].path.name}: {loaded.unreadable[0].reason}", markup=False)
+    if unreadable is not None:
+        unreadable += loaded.unreadable
     frame = report_frame(loaded.results)
     declared = declaration.declared()
     frame["headline_metric"] = [declared[name].headline if name in declared else None for name in frame["workload"]]
@@ -66,13 +67,15 @@ def tidy_frame(results_dir: Path) -> pd.DataFrame:
     return frame[columns].sort_values(IDENTITY, kind="stable", ignore_index=True)
 
 
-def export(results_dir: Path, *, out: str | None = None, format: str = "csv") -> Path | None:
-    """Write the run's tidy table as ``format``; returns the file written (None: standard output)."""
+def export(results_dir: Path, *, out: str | None = None, format: str = "csv",
+           unreadable: list | None = None) -> Path | None:
+    """Write the run's tidy table as ``format``; returns the file written (None: standard output).
+    `unreadable` receives the cell files left out, as for `tidy_frame`."""
     from workloads.common import safe_files
 
     if format not in FORMATS:
         raise UserError(f"--format {format!r}: choose from {', '.join(FORMATS)}")
-    text = tidy_frame(results_dir).to_csv(index=False)
+    text = tidy_frame(results_dir, unreadable).to_csv(index=False)
     if out == STDOUT:
         sys.stdout.write(text)
         return None

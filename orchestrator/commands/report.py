@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.commands._shared import console
+from orchestrator.commands._shared import console, left_out
 from orchestrator.errors import UserError
 
 HELP = "re-render the report of a results directory"
@@ -16,12 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    render(args.results_dir)
-    return 0
+    return left_out(render(args.results_dir).unreadable)
 
 
-def render(results_dir: Path) -> tuple[Path, Path]:
-    """Write report.md, report.html and code.html into `results_dir`; returns the reports' paths."""
+def render(results_dir: Path):
+    """Write report.md, report.html and code.html into `results_dir`; returns what was written
+    (report.WrittenReport: the pages' paths, and the cell files left out, each with why)."""
     from orchestrator import report
 
     if not Path(results_dir).is_dir():
@@ -35,4 +35,4 @@ def render(results_dir: Path) -> tuple[Path, Path]:
     # the like-for-like steady-state ranking, as report.md shows it (from the same reading of the cells)
     console.print(written.ranking, markup=False, highlight=False)
     console.print(f"report: {written.markdown} and {written.html}; the implementations side by side: {written.code}")
-    return written.markdown, written.html
+    return written

@@ -136,14 +136,16 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
                                          "options": {entry.name: entry.options for entry in matrix.frameworks
                                                      if entry.options},
                                          "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
+    left_out_code = 0
     if render_report:
+        from orchestrator.commands._shared import left_out
         from orchestrator.commands.report import render
 
-        render(results_dir)
+        left_out_code = left_out(render(results_dir).unreadable)
     failed = summary.count("failed") + summary.count("timeout")
     console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
                   + (f", {summary.skipped} already done" if summary.skipped else ""))
-    return EXIT_CELLS_FAILED if failed else 0
+    return EXIT_CELLS_FAILED if failed else left_out_code
 
 
 def recorded_seed(results_dir: Path) -> int | None:

@@ -150,15 +150,18 @@ class WrittenReport:
     html: Path
     code: Path
     ranking: str
+    unreadable: list[Unreadable] = dataclasses.field(default_factory=list)  # the cell files left out, with why
 
 
 def _context(results_dir: Path, *, charts: bool = True) -> dict:
     loaded = load_cells(results_dir)
     frame = report_frame(loaded.results)
     invocations = recorded_invocations(results_dir)
-    return build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
-                         unreadable=loaded.unreadable, invocations=invocations, charts=charts,
-                         variant_order=_variant_order())
+    context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
+                            unreadable=loaded.unreadable, invocations=invocations, charts=charts,
+                            variant_order=_variant_order())
+    context["_unreadable"] = loaded.unreadable
+    return context
 
 
 def _variant_order() -> dict[str, list[str]]:
@@ -204,7 +207,8 @@ def write_report(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike |
              code_path: environment.get_template("code.html.j2").render(code)}
     for path, text in pages.items():
         safe_files.write_text_atomic(path, text)
-    return WrittenReport(markdown_path, html_path, code_path, ranking=_ranking(context))
+    return WrittenReport(markdown_path, html_path, code_path, ranking=_ranking(context),
+                         unreadable=context["_unreadable"])
 
 
 def render(results_dir: str | os.PathLike, *, out_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
