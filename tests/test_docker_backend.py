@@ -50,7 +50,7 @@ FAKE_WORKLOAD = textwrap.dedent('''
     """Stands in for `python -m workloads` inside the test image (same document, same exit codes)."""
     import os, socket, subprocess, sys, time
     from workloads.common.cell import CellRequest
-    from workloads.common.result import Result
+    from workloads.common.result import Metrics, Provenance, Result
 
     if len(sys.argv) != 3 or sys.argv[1] != "--cell":
         sys.exit(f"fake workload: expected --cell FILE, got {sys.argv[1:]}")  # the whole contract, or fail
@@ -412,3 +412,55 @@ def test_connect_names_the_fix_when_no_engine_answers(monkeypatch):
     assert message.startswith("no Docker engine answered at unix:///nonexistent.sock (")
     assert "`sudo systemctl start docker` or `dockerd &`) or use --backend local" in message
     assert "\n" not in message
+
+
+# A run of one hanging cell (gru) whose orchestrator never comes back to wait for it: the test kills
+# it outright (SIGKILL), as the out-of-memory killer would. The container's grace is cut to 1 s.
+ORPHANING_RUN = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from orchestrator.backends import CellJob, container_lifetime
+    from orchestrator.backends.docker import DockerBackend, connect
+    from workloads.common.result import Cell
+
+    tag, root, session, timeout = sys.argv[1:]
+    container_lifetime.DEADLINE_GRACE_S = 1
+    backend = DockerBackend({}, client=connect(), image_for=lambda cell: tag, log=print)
+    backend.session = session
+    backend._wait = lambda container, timeout: time.sleep(3600)  # never waits on the container
+    cell = Cell("fake", "gru", precision="fp32", profile="smoke", data="synthetic")
+    root = Path(root)
+    backend.run_cell(CellJob(cell=cell, device="cpu", work_dir=root / "work", log_path=root / "cell.log",
+                             data_dir=root / "data", timeout=float(timeout)))
+''')
+
+
+def orphaned_container(client, tmp_path: Path, image, timeout: float):
+    """The running container of a real run (its own process) killed outright once the cell runs."""
+    import subprocess
+    import sys
+
+    session = uuid.uuid4().hex[:12]
+    label = {"label": f"{SESSION_LABEL}={session}", "status": "running"}
+    run = subprocess.Popen([sys.executable, "-c", ORPHANING_RUN, image.tags[0], str(tmp_path), session, str(timeout)],
+                           cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not client.containers.list(filters=label) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        run.wait()
+    [container] = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
+    return container, run.pid
+
+
+def test_a_container_whose_orchestrator_was_killed_ends_itself_at_its_deadline(tmp_path, client, test_image):
+    container, _ = orphaned_container(client, tmp_path, test_image, timeout=2)
+    try:
+        status = container.wait(timeout=60)  # the cell sleeps 120 s: only its own deadline (2 + 1 s) ends it sooner
+        container.reload()
+        assert status["StatusCode"] == 137 and container.attrs["State"]["OOMKilled"] is False  # SIGKILL
+        assert container.attrs["Config"]["Entrypoint"][:4] == ["timeout", "-s", "KILL", "3"]
+    finally:
+        container.remove(force=True)

@@ -16,8 +16,9 @@ hands the cell's /results folder to that user; otherwise the invoking user's own
 owns the folder already. Either way the folder is mode 0700, writable by the cell and nobody else.
 
 The engine must share this host's filesystem (a local engine): the dataset cache and the result
-folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
-interrupted run can be found and removed (`remove_leftover_containers`).
+folder are bind mounts of host paths. A container outlives no run: the cell command runs under a
+deadline of its own, and its labels name its owner, so the next run removes what a killed one
+left behind (orchestrator/backends/container_lifetime.py).
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ import requests
 from orchestrator import host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
+from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, container_lifetime_s,
+                                                      deadline_entrypoint, lifetime_labels, remove_leftover_containers)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import Framework
@@ -44,8 +47,6 @@ from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
-CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
-SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 # The images' non-root user (images/Dockerfile.j2: useradd --uid 10001, HOME=/home/rosetta).
@@ -151,6 +152,12 @@ class DockerBackend:
             return self._not_run(job, "unsupported", str(error))
         except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
             return self._failed(job, str(error))
+        entrypoint = deadline_entrypoint(((image.attrs or {}).get("Config") or {}).get("Entrypoint"),
+                                         container_lifetime_s(job.timeout))
+        if entrypoint is None:
+            return self._failed(job, f"image {reference} has no ENTRYPOINT in exec form (a JSON list) to run under "
+                                     f"the container's deadline; rebuild it with `python -m orchestrator build "
+                                     f"{cell.framework} --variant {cell.variant}`")
 
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
@@ -161,7 +168,8 @@ class DockerBackend:
         container = None
         try:
             try:
-                container = self.client.containers.create(image.id, command, **self._container_options(job, out_dir))
+                container = self.client.containers.create(image.id, command, entrypoint=entrypoint,
+                                                          **self._container_options(job, out_dir))
                 container.start()
                 ending = self._wait(container, job.timeout)
                 self._save_logs(container, job.log_path)
@@ -215,7 +223,8 @@ class DockerBackend:
             user=f"{uid}:{gid}",
             init=True,  # Docker's init as PID 1 reaps what the cell leaves running and forwards signals
             environment=environment,
-            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session},
+            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session,
+                    **lifetime_labels(container_lifetime_s(job.timeout))},
             network_mode="none",  # datasets are fetched on the host before any cell starts
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
@@ -382,20 +391,6 @@ def give_to_container_user(folder: Path) -> None:
     root; otherwise the container runs as us (`container_user`), so there is nothing to do."""
     if os.geteuid() == 0:
         os.chown(folder, *container_user())
-
-
-def remove_leftover_containers(client: docker.DockerClient, *, session: str | None = None) -> int:
-    """Remove containers labelled as Rosetta Bench cells (after Ctrl-C, or a crash of an earlier
-    run); only one backend's when `session` is given. Returns how many were removed."""
-    label = f"{SESSION_LABEL}={session}" if session else CELL_LABEL
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": label}):
-        try:
-            container.remove(force=True)
-            removed += 1
-        except docker.errors.NotFound:
-            pass  # it went while we looked
-    return removed
 
 
 def image_labels(image) -> dict[str, str]:
