@@ -3,6 +3,7 @@ clean-up of ended runs, Ctrl-C while it is created, and its log and tmpfs caps. 
 real engine: tests/test_docker_backend.py."""
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.backends import CellJob, container_lifetime
-from orchestrator.backends.container_lifetime import (DEADLINE_GRACE_S, DEADLINE_LABEL, OWNER_HOST_LABEL,
-                                                      OWNER_PID_LABEL)
+from orchestrator.backends.container_lifetime import (CELL_LABEL, DEADLINE_GRACE_S, DEADLINE_LABEL,
+                                                      OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_STARTED_LABEL,
+                                                      run_has_ended)
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.commands.common_args import LONGEST_TIMEOUT_S
 from workloads.common.result import Cell
@@ -80,3 +82,89 @@ def test_an_image_without_an_exec_form_entrypoint_fails_the_cell_and_runs_nothin
     result = backend_on(engine).run_cell(make_job(tmp_path, timeout=10))
     assert result.status == "failed" and "ENTRYPOINT" in result.reason and "\n" not in result.reason
     assert engine.created == []
+
+
+# --- whose a container is, and the clean-up of ended runs -------------------------------------------
+
+def ended_pid() -> int:
+    """The pid of a process that has ended (waited for, so not a zombie either)."""
+    import subprocess
+
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def owner(pid, *, host=None, deadline=None, started=None) -> dict:
+    labels = {OWNER_PID_LABEL: str(pid), OWNER_HOST_LABEL: host or socket.gethostname(),
+              DEADLINE_LABEL: str(int(deadline if deadline is not None else time.time() + 3600))}
+    if started is not None:
+        labels[OWNER_STARTED_LABEL] = str(started)
+    return labels
+
+
+def test_a_container_is_labelled_with_its_owner(tmp_path):
+    engine = FakeEngine()
+    backend_on(engine).run_cell(make_job(tmp_path, timeout=5))
+    labels = engine.created[0]["labels"]
+    assert labels[OWNER_PID_LABEL] == str(os.getpid()) and labels[OWNER_HOST_LABEL] == socket.gethostname()
+    assert labels[OWNER_STARTED_LABEL] == str(container_lifetime.process_start_ticks(os.getpid()))
+    assert not run_has_ended(labels)  # ours, and we are alive
+
+
+def test_which_runs_have_ended():
+    me = container_lifetime.process_start_ticks(os.getpid())
+    assert not run_has_ended(owner(os.getpid(), started=me))
+    assert run_has_ended(owner(ended_pid()))  # its owner on this host is gone
+    assert run_has_ended(owner(os.getpid(), started=me + 1))  # our pid, another process's start: reused
+    assert not run_has_ended(owner(ended_pid(), host="another-host"))  # a pid elsewhere says nothing here
+    assert run_has_ended(owner(os.getpid(), host="another-host", deadline=time.time() - 1))  # past its deadline
+    assert not run_has_ended({})  # no owner, no deadline: kept (an older release's; doctor lists it)
+
+
+@pytest.mark.parametrize("pid", ["0", "-1", "1.5", " 7", "abc", "99999999", "4194305", "1" * 40])
+def test_a_malformed_owner_is_never_signalled(pid, monkeypatch):
+    signalled = []
+    monkeypatch.setattr(container_lifetime.os, "kill", lambda *args: signalled.append(args))
+    labels = {OWNER_PID_LABEL: pid, OWNER_HOST_LABEL: socket.gethostname(), DEADLINE_LABEL: "not-a-time"}
+    assert not run_has_ended(labels)
+    assert signalled == []
+
+
+class FakeContainer:
+    def __init__(self, labels, engine_removed):
+        self.labels = labels
+        self._removed = engine_removed
+
+    def remove(self, force):
+        assert force
+        self._removed.append(self.labels.get(CELL_LABEL))
+
+
+def test_a_docker_run_starts_by_removing_the_containers_of_ended_runs_only(monkeypatch):
+    from orchestrator.backends import docker as docker_backend, registry
+
+    removed, listed = [], []
+    containers = [FakeContainer({CELL_LABEL: "ended", **owner(ended_pid())}, removed),
+                  FakeContainer({CELL_LABEL: "late", **owner(os.getpid(), deadline=time.time() - 5)}, removed),
+                  FakeContainer({CELL_LABEL: "live", **owner(os.getpid())}, removed),
+                  FakeContainer({CELL_LABEL: "elsewhere", **owner(ended_pid(), host="another-host")}, removed)]
+
+    def list_containers(all, filters):
+        listed.append((all, filters))
+        return containers
+
+    engine = SimpleNamespace(containers=SimpleNamespace(list=list_containers))
+    monkeypatch.setattr(docker_backend, "connect", lambda: engine)
+    lines = []
+    backend = registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+    assert isinstance(backend, DockerBackend)
+    assert listed == [(True, {"label": CELL_LABEL})]
+    assert removed == ["ended", "late"]
+    assert lines == ["Removed 2 cell containers of runs that have ended (their owner gone, or past their "
+                     "deadline) from the Docker engine."]
+    removed.clear()
+    containers[:] = containers[2:]
+    lines.clear()
+    registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+    assert removed == [] and lines == []  # nothing removed, nothing said

@@ -464,3 +464,35 @@ def test_a_container_whose_orchestrator_was_killed_ends_itself_at_its_deadline(t
         assert container.attrs["Config"]["Entrypoint"][:4] == ["timeout", "-s", "KILL", "3"]
     finally:
         container.remove(force=True)
+
+
+def test_the_next_docker_run_removes_what_a_killed_run_left_and_keeps_a_live_runs(tmp_path, client, test_image):
+    from orchestrator.backends import registry
+    from orchestrator.backends.container_lifetime import (DEADLINE_LABEL, OWNER_HOST_LABEL, OWNER_PID_LABEL,
+                                                          lifetime_labels)
+
+    orphan, owner_pid = orphaned_container(client, tmp_path, test_image, timeout=3600)  # far from its deadline
+    assert orphan.labels[OWNER_PID_LABEL] == str(owner_pid) and orphan.status == "running"
+    session = {SESSION_LABEL: uuid.uuid4().hex[:12]}
+    live = client.containers.create(test_image.id, ["--help"],
+                                    labels={CELL_LABEL: "live", **session, **lifetime_labels(3600)})
+    elsewhere = client.containers.create(test_image.id, ["--help"], labels={
+        CELL_LABEL: "elsewhere", **session, OWNER_PID_LABEL: str(owner_pid), OWNER_HOST_LABEL: "another-host",
+        DEADLINE_LABEL: str(int(time.time()) + 3600)})
+    late = client.containers.create(test_image.id, ["--help"], labels={
+        CELL_LABEL: "late", **session, OWNER_PID_LABEL: str(os.getpid()), OWNER_HOST_LABEL: "another-host",
+        DEADLINE_LABEL: str(int(time.time()) - 1)})
+    lines = []
+    try:
+        registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+        remaining = {container.id for container in client.containers.list(all=True, filters={"label": CELL_LABEL})}
+        assert orphan.id not in remaining and late.id not in remaining
+        assert {live.id, elsewhere.id} <= remaining  # a live owner's, and one this host cannot judge before its deadline
+        [line] = lines
+        assert line.startswith("Removed ") and " cell containers of runs that have ended (" in line
+    finally:
+        for container in (orphan, live, elsewhere, late):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
