@@ -29,6 +29,7 @@ class FakeEngine:
         self.created: list[dict] = []
         self.removed: list[str] = []
         self.on_create = lambda: None
+        self.on_start = lambda: None
         self.on_remove = lambda: None
         image = SimpleNamespace(id="sha256:fake", labels={}, attrs={"Config": {"Entrypoint": entrypoint}})
         self.images = SimpleNamespace(get=lambda reference: image)
@@ -41,9 +42,9 @@ class FakeEngine:
     def _create(self, image, command, **options):
         self.created.append(dict(options, image=image, command=command))
         self.on_create()
-        return SimpleNamespace(start=lambda: None, wait=lambda timeout: {"StatusCode": 3}, reload=lambda: None,
+        return SimpleNamespace(start=self.on_start, wait=lambda timeout: {"StatusCode": 3}, reload=lambda: None,
                                attrs={"State": {}}, logs=lambda **kwargs: iter([b"a log line\n"]),
-                               short_id="fake", remove=lambda force: self.removed.append("by its object"))
+                               short_id="fake")
 
     def _remove_container(self, name, force):
         assert force
@@ -168,3 +169,69 @@ def test_a_docker_run_starts_by_removing_the_containers_of_ended_runs_only(monke
     lines.clear()
     registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
     assert removed == [] and lines == []  # nothing removed, nothing said
+
+
+# --- Ctrl-C while a container is created, started or removed ---------------------------------------
+
+def interrupt():
+    raise KeyboardInterrupt
+
+
+def test_the_container_has_its_name_before_it_is_created_and_is_removed_by_it(tmp_path):
+    engine = FakeEngine()
+    backend = backend_on(engine)
+    backend.run_cell(make_job(tmp_path, timeout=5))
+    backend.run_cell(make_job(tmp_path / "again", timeout=5))
+    names = [options["name"] for options in engine.created]
+    assert engine.removed == names and len(set(names)) == 2 and all(backend.session in name for name in names)
+
+
+@pytest.mark.parametrize("step", ["on_create", "on_start"])
+def test_ctrl_c_while_the_container_is_created_or_started_removes_it_by_name(tmp_path, step):
+    engine = FakeEngine()
+    setattr(engine, step, interrupt)  # the engine has made the container; the answer never reaches us
+    job = make_job(tmp_path, timeout=5)
+    with pytest.raises(KeyboardInterrupt):
+        backend_on(engine).run_cell(job)
+    assert engine.removed == [engine.created[0]["name"]]
+    assert not job.work_dir.exists()
+
+
+def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, ctrl_c_interrupts):
+    engine = FakeEngine()
+    engine.on_create = interrupt
+    engine.on_remove = lambda: os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again, while it is removed
+    job = make_job(tmp_path, timeout=5)
+    with pytest.raises(KeyboardInterrupt):
+        backend_on(engine).run_cell(job)
+    assert engine.removed == [engine.created[0]["name"]]  # the removal went on to its end
+    assert not job.work_dir.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works as before
+
+
+def test_an_interrupt_deferred_is_raised_at_the_end_of_the_block(ctrl_c_interrupts):
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with container_lifetime.deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("went on")
+    assert steps == ["went on"]
+    with container_lifetime.deferred_interrupts():
+        steps.append("no interrupt, nothing raised")
+    assert len(steps) == 2
+
+
+def test_deferring_interrupts_off_the_main_thread_leaves_the_handlers_alone():
+    import threading
+
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+
+    def block():
+        with container_lifetime.deferred_interrupts():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    worker = threading.Thread(target=block)
+    worker.start()
+    worker.join()
+    assert seen == [before]

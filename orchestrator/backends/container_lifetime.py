@@ -28,7 +28,6 @@ import time
 from typing import Iterator, Mapping
 
 import docker
-import requests
 
 from orchestrator.commands.common_args import LONGEST_TIMEOUT_S
 
@@ -153,19 +152,6 @@ def remove_leftover_containers(client: docker.DockerClient, *, session: str | No
     return removed
 
 
-def remove_named_container(client: docker.DockerClient, name: str) -> str | None:
-    """Force-remove the container of this name, running or not; gone already is fine. The one-line
-    reason when the engine refused, else None."""
-    try:
-        client.api.remove_container(name, force=True)
-    except docker.errors.NotFound:
-        pass
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-        text = str(getattr(error, "explanation", None) or error).strip()
-        return (text.splitlines() or [type(error).__name__])[0][:300]
-    return None
-
-
 @contextlib.contextmanager
 def deferred_interrupts() -> Iterator[None]:
     """Ctrl-C (SIGINT) inside the block waits for its end, then raises KeyboardInterrupt: a second
@@ -180,5 +166,9 @@ def deferred_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received and previous not in (signal.SIG_IGN, None):
-        raise KeyboardInterrupt
+    if not received or previous == signal.SIG_IGN:
+        return
+    if callable(previous):
+        previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt
+    else:
+        raise KeyboardInterrupt  # SIG_DFL (or one set outside Python) would end the process

@@ -39,7 +39,8 @@ from orchestrator import host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
 from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, container_lifetime_s,
-                                                      deadline_entrypoint, lifetime_labels, remove_leftover_containers)
+                                                      deadline_entrypoint, deferred_interrupts, lifetime_labels,
+                                                      remove_leftover_containers)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import Framework
@@ -165,10 +166,12 @@ class DockerBackend:
                                onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
         document = write_cell_document(request, out_dir)
         command = ["--cell", f"{RESULTS_MOUNT}/{document.name}"]
-        container = None
+        # Named before it exists: a Ctrl-C while the engine creates it (its answer never read) still
+        # leaves us the name to remove it by.
+        name = f"rosetta-bench-{self.session}-{uuid.uuid4().hex[:12]}"
         try:
             try:
-                container = self.client.containers.create(image.id, command, entrypoint=entrypoint,
+                container = self.client.containers.create(image.id, command, name=name, entrypoint=entrypoint,
                                                           **self._container_options(job, out_dir))
                 container.start()
                 ending = self._wait(container, job.timeout)
@@ -182,10 +185,11 @@ class DockerBackend:
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
                 result = self._failed(job, f"Docker: {_one_line(error)}")
         finally:
-            # Always, Ctrl-C included: a forced removal kills the container if it still runs.
-            if container is not None:
-                self._remove(container)
-            remove_work(self.log, job.work_dir)
+            # Always, Ctrl-C included: a forced removal kills the container if it still runs, and a
+            # second Ctrl-C waits for the clean-up's end instead of cutting it short.
+            with deferred_interrupts():
+                self._remove(name)
+                remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
         self._record_sources_match(result)
         self._record_limits(result)
@@ -296,14 +300,13 @@ class DockerBackend:
             copy.write_bytes(member.read() if member else b"")
         return copy
 
-    def _remove(self, container) -> None:
+    def _remove(self, name: str) -> None:
         try:
-            container.remove(force=True)
+            self.client.api.remove_container(name, force=True)
         except docker.errors.NotFound:
-            pass
+            pass  # never created, or gone already
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            self.log(f"could not remove container {container.short_id} ({_one_line(error)}); "
-                     f"remove it with `docker rm -f {container.short_id}`")
+            self.log(f"could not remove container {name} ({_one_line(error)}); remove it with `docker rm -f {name}`")
 
     def _failed(self, job: CellJob, reason: str) -> Result:
         return self._not_run(job, "failed", reason)
