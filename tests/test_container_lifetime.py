@@ -235,3 +235,14 @@ def test_deferring_interrupts_off_the_main_thread_leaves_the_handlers_alone():
     worker.start()
     worker.join()
     assert seen == [before]
+
+
+# --- what a cell can fill: its log and its tmpfs ----------------------------------------------------
+
+def test_a_cells_log_and_scratch_space_are_capped(tmp_path):
+    engine = FakeEngine()
+    backend_on(engine).run_cell(make_job(tmp_path, timeout=5))
+    [options] = engine.created
+    assert options["log_config"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
+    assert set(options["tmpfs"]) == {"/tmp", "/home/rosetta"}
+    assert all("size=4g" in mount.split(",") for mount in options["tmpfs"].values())

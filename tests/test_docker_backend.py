@@ -112,6 +112,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
         "memory_max": read("/sys/fs/cgroup/memory.max"),
         "pids_max": read("/sys/fs/cgroup/pids.max"),
         "results_mode": oct(os.stat(os.path.dirname(request.out)).st_mode & 0o777),
+        "tmp_bytes": str(os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize),
+        "home_bytes": str(os.statvfs(os.path.expanduser("~")).f_blocks * os.statvfs(os.path.expanduser("~")).f_frsize),
     }
     result.write(request.out)
 ''')
@@ -201,6 +203,7 @@ def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client,
     assert seen["data_writable"] == "no (Read-only file system)" and "cifar-10.tar.gz" in seen["data_visible"]
     assert seen["root_writable"] == "no (Read-only file system)"
     assert seen["home_writable"] == "yes" and seen["tmp_writable"] == "yes"  # the tmpfs mounts
+    assert seen["tmp_bytes"] == seen["home_bytes"] == str(4 << 30)  # each capped: it fills no host's memory
     assert seen["capabilities"] == "0000000000000000" and seen["no_new_privileges"] == "1"
     assert seen["unbuffered"] == "1" and result.provenance.git_revision == "0123abc"
     assert result.provenance.backend == "docker"
@@ -289,6 +292,7 @@ def test_cell_containers_get_memory_and_process_limits_and_record_them(tmp_path,
         container.remove(force=True)
     assert host_config["Memory"] == host_config["MemorySwap"] == 256 << 20  # no swap beyond the limit
     assert host_config["PidsLimit"] == 64 and host_config["Init"] is True
+    assert host_config["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
     result = limited.run_cell(job)
     assert result.status == "ok", (result.reason, result.stderr_tail)
     extras = result.provenance.extras

@@ -55,20 +55,21 @@ def container_lifetime_s(timeout: float | None) -> int:
     return math.ceil(limit) + DEADLINE_GRACE_S
 
 
-def deadline_entrypoint(entrypoint, lifetime_s: int) -> list[str]:
+def deadline_entrypoint(image_attrs: dict, timeout: float | None) -> list[str] | None:
     """The image's ENTRYPOINT run under `timeout -s KILL`: killed with its whole process group at
-    the deadline, the container ends with it (Docker's init exits when its child does). `None` when
-    the image's ENTRYPOINT is not an exec-form list of strings (the images' template writes one)."""
+    the deadline, the container ends with it (Docker's init exits when its child does). None when
+    the image's ENTRYPOINT is not an exec-form list of strings (images/Dockerfile.j2 writes one)."""
+    entrypoint = ((image_attrs or {}).get("Config") or {}).get("Entrypoint")
     if not (isinstance(entrypoint, list) and entrypoint and all(isinstance(part, str) for part in entrypoint)):
         return None
-    return ["timeout", "-s", "KILL", str(lifetime_s), *entrypoint]
+    return ["timeout", "-s", "KILL", str(container_lifetime_s(timeout)), *entrypoint]
 
 
-def lifetime_labels(lifetime_s: int, *, now: float | None = None) -> dict[str, str]:
-    """The owner and deadline labels of a container created now by this process."""
+def lifetime_labels(timeout: float | None, *, now: float | None = None) -> dict[str, str]:
+    """The owner and deadline labels of a cell container that this process creates now."""
     now = time.time() if now is None else now
     labels = {OWNER_PID_LABEL: str(os.getpid()), OWNER_HOST_LABEL: socket.gethostname(),
-              DEADLINE_LABEL: str(math.ceil(now + lifetime_s))}
+              DEADLINE_LABEL: str(math.ceil(now + container_lifetime_s(timeout)))}
     started = process_start_ticks(os.getpid())
     if started is not None:
         labels[OWNER_STARTED_LABEL] = str(started)

@@ -7,9 +7,10 @@ the container sees them. The container gets no network, no capabilities, a read-
 filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,
 which holds the cell document and where the workload writes its JSON result. Frameworks write
 caches to HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
-A memory and a process-count limit keep a runaway cell from taking the host down; Docker's init
-(`--init`) is the container's PID 1, so processes a cell leaves behind are reaped while it runs,
-and all of them end with the container, which is removed however the cell ends.
+Limits on memory and processes, and caps on the tmpfs mounts and on the output the engine keeps,
+keep a runaway cell from taking the host down; Docker's init (`--init`) is the container's PID 1,
+so processes a cell leaves behind are reaped while it runs, and all of them end with the
+container, which is removed however the cell ends.
 
 Who the container runs as: the images' user (uid 10001) when the orchestrator runs as root, which
 hands the cell's /results folder to that user; otherwise the invoking user's own uid:gid, which
@@ -38,9 +39,8 @@ import requests
 from orchestrator import host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
-from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, container_lifetime_s,
-                                                      deadline_entrypoint, deferred_interrupts, lifetime_labels,
-                                                      remove_leftover_containers)
+from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, deadline_entrypoint,
+                                                      deferred_interrupts, lifetime_labels, remove_leftover_containers)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import Framework
@@ -59,6 +59,8 @@ RESULTS_MOUNT = "/results"
 RESULT_FILE = f"{RESULTS_MOUNT}/result.json"
 EXPORT_MOUNT = "/export"  # an ONNX export's writable folder (orchestrator/onnx_export.py)
 
+TMPFS_SIZE = "4g"  # each of /tmp and HOME: compilers' caches fit, a runaway cell's writes stop there
+LOG_ROTATION = {"max-size": "32m", "max-file": "2"}  # the most of a cell's output the engine keeps: 64 MiB
 # API calls other than waiting for a cell (create, logs, kill, remove) get the SDK's usual limit.
 API_TIMEOUT_S = 60.0
 # After a timeout: how long to wait for the killed container to stop before reading its logs.
@@ -153,8 +155,7 @@ class DockerBackend:
             return self._not_run(job, "unsupported", str(error))
         except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
             return self._failed(job, str(error))
-        entrypoint = deadline_entrypoint(((image.attrs or {}).get("Config") or {}).get("Entrypoint"),
-                                         container_lifetime_s(job.timeout))
+        entrypoint = deadline_entrypoint(image.attrs, job.timeout)
         if entrypoint is None:
             return self._failed(job, f"image {reference} has no ENTRYPOINT in exec form (a JSON list) to run under "
                                      f"the container's deadline; rebuild it with `python -m orchestrator build "
@@ -227,17 +228,18 @@ class DockerBackend:
             user=f"{uid}:{gid}",
             init=True,  # Docker's init as PID 1 reaps what the cell leaves running and forwards signals
             environment=environment,
-            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session,
-                    **lifetime_labels(container_lifetime_s(job.timeout))},
+            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session, **lifetime_labels(job.timeout)},
             network_mode="none",  # datasets are fetched on the host before any cell starts
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             privileged=False,
             read_only=True,
             # Docker mounts tmpfs noexec by default; compilers (torch.compile, XLA, Triton) write
-            # shared objects to /tmp or HOME and load them, so both must allow exec.
-            tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777",
-                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,uid={uid},gid={gid},mode=0700"},
+            # shared objects to /tmp or HOME and load them, so both must allow exec. Each is capped.
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},mode=1777",
+                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},uid={uid},gid={gid},mode=0700"},
+            # The engine keeps a container's output until it is removed: capped, as the disk is shared.
+            log_config=docker.types.LogConfig(type="json-file", config=LOG_ROTATION),
             mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
                     docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
         )
