@@ -50,7 +50,7 @@ FAKE_WORKLOAD = textwrap.dedent('''
     """Stands in for `python -m workloads` inside the test image (same document, same exit codes)."""
     import os, socket, subprocess, sys, time
     from workloads.common.cell import CellRequest
-    from workloads.common.result import Result
+    from workloads.common.result import Metrics, Provenance, Result
 
     if len(sys.argv) != 3 or sys.argv[1] != "--cell":
         sys.exit(f"fake workload: expected --cell FILE, got {sys.argv[1:]}")  # the whole contract, or fail
@@ -112,6 +112,8 @@ FAKE_WORKLOAD = textwrap.dedent('''
         "memory_max": read("/sys/fs/cgroup/memory.max"),
         "pids_max": read("/sys/fs/cgroup/pids.max"),
         "results_mode": oct(os.stat(os.path.dirname(request.out)).st_mode & 0o777),
+        "tmp_bytes": str(os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize),
+        "home_bytes": str(os.statvfs(os.path.expanduser("~")).f_blocks * os.statvfs(os.path.expanduser("~")).f_frsize),
     }
     result.write(request.out)
 ''')
@@ -201,6 +203,7 @@ def test_an_ok_cell_runs_locked_down_and_leaves_nothing_behind(tmp_path, client,
     assert seen["data_writable"] == "no (Read-only file system)" and "cifar-10.tar.gz" in seen["data_visible"]
     assert seen["root_writable"] == "no (Read-only file system)"
     assert seen["home_writable"] == "yes" and seen["tmp_writable"] == "yes"  # the tmpfs mounts
+    assert seen["tmp_bytes"] == seen["home_bytes"] == str(4 << 30)  # each capped: it fills no host's memory
     assert seen["capabilities"] == "0000000000000000" and seen["no_new_privileges"] == "1"
     assert seen["unbuffered"] == "1" and result.provenance.git_revision == "0123abc"
     assert result.provenance.backend == "docker"
@@ -289,6 +292,7 @@ def test_cell_containers_get_memory_and_process_limits_and_record_them(tmp_path,
         container.remove(force=True)
     assert host_config["Memory"] == host_config["MemorySwap"] == 256 << 20  # no swap beyond the limit
     assert host_config["PidsLimit"] == 64 and host_config["Init"] is True
+    assert host_config["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
     result = limited.run_cell(job)
     assert result.status == "ok", (result.reason, result.stderr_tail)
     extras = result.provenance.extras
@@ -412,3 +416,87 @@ def test_connect_names_the_fix_when_no_engine_answers(monkeypatch):
     assert message.startswith("no Docker engine answered at unix:///nonexistent.sock (")
     assert "`sudo systemctl start docker` or `dockerd &`) or use --backend local" in message
     assert "\n" not in message
+
+
+# A run of one hanging cell (gru) whose orchestrator never comes back to wait for it: the test kills
+# it outright (SIGKILL), as the out-of-memory killer would. The container's grace is cut to 1 s.
+ORPHANING_RUN = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    from orchestrator.backends import CellJob, container_lifetime
+    from orchestrator.backends.docker import DockerBackend, connect
+    from workloads.common.result import Cell
+
+    tag, root, session, timeout = sys.argv[1:]
+    container_lifetime.DEADLINE_GRACE_S = 1
+    backend = DockerBackend({}, client=connect(), image_for=lambda cell: tag, log=print)
+    backend.session = session
+    backend._wait = lambda container, timeout: time.sleep(3600)  # never waits on the container
+    cell = Cell("fake", "gru", precision="fp32", profile="smoke", data="synthetic")
+    root = Path(root)
+    backend.run_cell(CellJob(cell=cell, device="cpu", work_dir=root / "work", log_path=root / "cell.log",
+                             data_dir=root / "data", timeout=float(timeout)))
+''')
+
+
+def orphaned_container(client, tmp_path: Path, image, timeout: float):
+    """The running container of a real run (its own process) killed outright once the cell runs."""
+    import subprocess
+    import sys
+
+    session = uuid.uuid4().hex[:12]
+    label = {"label": f"{SESSION_LABEL}={session}", "status": "running"}
+    run = subprocess.Popen([sys.executable, "-c", ORPHANING_RUN, image.tags[0], str(tmp_path), session, str(timeout)],
+                           cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not client.containers.list(filters=label) and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        run.wait()
+    [container] = client.containers.list(all=True, filters={"label": f"{SESSION_LABEL}={session}"})
+    return container, run.pid
+
+
+def test_a_container_whose_orchestrator_was_killed_ends_itself_at_its_deadline(tmp_path, client, test_image):
+    container, _ = orphaned_container(client, tmp_path, test_image, timeout=2)
+    try:
+        status = container.wait(timeout=60)  # the cell sleeps 120 s: only its own deadline (2 + 1 s) ends it sooner
+        container.reload()
+        assert status["StatusCode"] == 137 and container.attrs["State"]["OOMKilled"] is False  # SIGKILL
+        assert container.attrs["Config"]["Entrypoint"][:4] == ["timeout", "-s", "KILL", "3"]
+    finally:
+        container.remove(force=True)
+
+
+def test_the_next_docker_run_removes_what_a_killed_run_left_and_keeps_a_live_runs(tmp_path, client, test_image):
+    from orchestrator.backends import registry
+    from orchestrator.backends.container_lifetime import (DEADLINE_LABEL, OWNER_HOST_LABEL, OWNER_PID_LABEL,
+                                                          lifetime_labels)
+
+    orphan, owner_pid = orphaned_container(client, tmp_path, test_image, timeout=3600)  # far from its deadline
+    assert orphan.labels[OWNER_PID_LABEL] == str(owner_pid) and orphan.status == "running"
+    session = {SESSION_LABEL: uuid.uuid4().hex[:12]}
+    live = client.containers.create(test_image.id, ["--help"],
+                                    labels={CELL_LABEL: "live", **session, **lifetime_labels(3600)})
+    elsewhere = client.containers.create(test_image.id, ["--help"], labels={
+        CELL_LABEL: "elsewhere", **session, OWNER_PID_LABEL: str(owner_pid), OWNER_HOST_LABEL: "another-host",
+        DEADLINE_LABEL: str(int(time.time()) + 3600)})
+    late = client.containers.create(test_image.id, ["--help"], labels={
+        CELL_LABEL: "late", **session, OWNER_PID_LABEL: str(os.getpid()), OWNER_HOST_LABEL: "another-host",
+        DEADLINE_LABEL: str(int(time.time()) - 1)})
+    lines = []
+    try:
+        registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+        remaining = {container.id for container in client.containers.list(all=True, filters={"label": CELL_LABEL})}
+        assert orphan.id not in remaining and late.id not in remaining
+        assert {live.id, elsewhere.id} <= remaining  # a live owner's, and one this host cannot judge before its deadline
+        [line] = lines
+        assert line.startswith("Removed ") and " cell containers of runs that have ended (" in line
+    finally:
+        for container in (orphan, live, elsewhere, late):
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass

@@ -7,17 +7,19 @@ the container sees them. The container gets no network, no capabilities, a read-
 filesystem, the dataset cache read-only at /data and one writable per-cell folder at /results,
 which holds the cell document and where the workload writes its JSON result. Frameworks write
 caches to HOME and /tmp, so both are fresh tmpfs mounts: nothing leaks between cells or persists.
-A memory and a process-count limit keep a runaway cell from taking the host down; Docker's init
-(`--init`) is the container's PID 1, so processes a cell leaves behind are reaped while it runs,
-and all of them end with the container, which is removed however the cell ends.
+Limits on memory and processes, and caps on the tmpfs mounts and on the output the engine keeps,
+keep a runaway cell from taking the host down; Docker's init (`--init`) is the container's PID 1,
+so processes a cell leaves behind are reaped while it runs, and all of them end with the
+container, which is removed however the cell ends.
 
 Who the container runs as: the images' user (uid 10001) when the orchestrator runs as root, which
 hands the cell's /results folder to that user; otherwise the invoking user's own uid:gid, which
 owns the folder already. Either way the folder is mode 0700, writable by the cell and nobody else.
 
 The engine must share this host's filesystem (a local engine): the dataset cache and the result
-folder are bind mounts of host paths. Every container is labelled, so containers left behind by an
-interrupted run can be found and removed (`remove_leftover_containers`).
+folder are bind mounts of host paths. A container outlives no run: the cell command runs under a
+deadline of its own, and its labels name its owner, so the next run removes what a killed one
+left behind (orchestrator/backends/container_lifetime.py).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ import requests
 from orchestrator import host
 from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
+from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, deadline_entrypoint,
+                                                      deferred_interrupts, lifetime_labels, remove_leftover_containers)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import Framework
@@ -44,8 +48,6 @@ from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
-CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
-SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 # The images' non-root user (images/Dockerfile.j2: useradd --uid 10001, HOME=/home/rosetta).
@@ -57,6 +59,8 @@ RESULTS_MOUNT = "/results"
 RESULT_FILE = f"{RESULTS_MOUNT}/result.json"
 EXPORT_MOUNT = "/export"  # an ONNX export's writable folder (orchestrator/onnx_export.py)
 
+TMPFS_SIZE = "4g"  # each of /tmp and HOME: compilers' caches fit, a runaway cell's writes stop there
+LOG_ROTATION = {"max-size": "32m", "max-file": "2"}  # the most of a cell's output the engine keeps: 64 MiB
 # API calls other than waiting for a cell (create, logs, kill, remove) get the SDK's usual limit.
 API_TIMEOUT_S = 60.0
 # After a timeout: how long to wait for the killed container to stop before reading its logs.
@@ -151,6 +155,11 @@ class DockerBackend:
             return self._not_run(job, "unsupported", str(error))
         except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
             return self._failed(job, str(error))
+        entrypoint = deadline_entrypoint(image.attrs, job.timeout)
+        if entrypoint is None:
+            return self._failed(job, f"image {reference} has no ENTRYPOINT in exec form (a JSON list) to run under "
+                                     f"the container's deadline; rebuild it with `python -m orchestrator build "
+                                     f"{cell.framework} --variant {cell.variant}`")
 
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
@@ -158,10 +167,13 @@ class DockerBackend:
                                onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
         document = write_cell_document(request, out_dir)
         command = ["--cell", f"{RESULTS_MOUNT}/{document.name}"]
-        container = None
+        # Named before it exists: a Ctrl-C while the engine creates it (its answer never read) still
+        # leaves us the name to remove it by.
+        name = f"rosetta-bench-{self.session}-{uuid.uuid4().hex[:12]}"
         try:
             try:
-                container = self.client.containers.create(image.id, command, **self._container_options(job, out_dir))
+                container = self.client.containers.create(image.id, command, name=name, entrypoint=entrypoint,
+                                                          **self._container_options(job, out_dir))
                 container.start()
                 ending = self._wait(container, job.timeout)
                 self._save_logs(container, job.log_path)
@@ -174,10 +186,11 @@ class DockerBackend:
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
                 result = self._failed(job, f"Docker: {_one_line(error)}")
         finally:
-            # Always, Ctrl-C included: a forced removal kills the container if it still runs.
-            if container is not None:
-                self._remove(container)
-            remove_work(self.log, job.work_dir)
+            # Always, Ctrl-C included: a forced removal kills the container if it still runs, and a
+            # second Ctrl-C waits for the clean-up's end instead of cutting it short.
+            with deferred_interrupts():
+                self._remove(name)
+                remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
         self._record_sources_match(result)
         self._record_limits(result)
@@ -215,16 +228,18 @@ class DockerBackend:
             user=f"{uid}:{gid}",
             init=True,  # Docker's init as PID 1 reaps what the cell leaves running and forwards signals
             environment=environment,
-            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session},
+            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session, **lifetime_labels(job.timeout)},
             network_mode="none",  # datasets are fetched on the host before any cell starts
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             privileged=False,
             read_only=True,
             # Docker mounts tmpfs noexec by default; compilers (torch.compile, XLA, Triton) write
-            # shared objects to /tmp or HOME and load them, so both must allow exec.
-            tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777",
-                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,uid={uid},gid={gid},mode=0700"},
+            # shared objects to /tmp or HOME and load them, so both must allow exec. Each is capped.
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},mode=1777",
+                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},uid={uid},gid={gid},mode=0700"},
+            # The engine keeps a container's output until it is removed: capped, as the disk is shared.
+            log_config=docker.types.LogConfig(type="json-file", config=LOG_ROTATION),
             mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
                     docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
         )
@@ -287,14 +302,13 @@ class DockerBackend:
             copy.write_bytes(member.read() if member else b"")
         return copy
 
-    def _remove(self, container) -> None:
+    def _remove(self, name: str) -> None:
         try:
-            container.remove(force=True)
+            self.client.api.remove_container(name, force=True)
         except docker.errors.NotFound:
-            pass
+            pass  # never created, or gone already
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            self.log(f"could not remove container {container.short_id} ({_one_line(error)}); "
-                     f"remove it with `docker rm -f {container.short_id}`")
+            self.log(f"could not remove container {name} ({_one_line(error)}); remove it with `docker rm -f {name}`")
 
     def _failed(self, job: CellJob, reason: str) -> Result:
         return self._not_run(job, "failed", reason)
@@ -382,20 +396,6 @@ def give_to_container_user(folder: Path) -> None:
     root; otherwise the container runs as us (`container_user`), so there is nothing to do."""
     if os.geteuid() == 0:
         os.chown(folder, *container_user())
-
-
-def remove_leftover_containers(client: docker.DockerClient, *, session: str | None = None) -> int:
-    """Remove containers labelled as Rosetta Bench cells (after Ctrl-C, or a crash of an earlier
-    run); only one backend's when `session` is given. Returns how many were removed."""
-    label = f"{SESSION_LABEL}={session}" if session else CELL_LABEL
-    removed = 0
-    for container in client.containers.list(all=True, filters={"label": label}):
-        try:
-            container.remove(force=True)
-            removed += 1
-        except docker.errors.NotFound:
-            pass  # it went while we looked
-    return removed
 
 
 def image_labels(image) -> dict[str, str]:

@@ -97,6 +97,7 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
     from orchestrator.backends import docker as docker_backend
 
     client = docker_backend.connect()
+    _remove_containers_of_ended_runs(client, log)
     failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
     # tag -> the reference to run (the tag, or repository@digest when pulled by images.lock): checked
     # (sources digest, lock entry) or built once in this run, not again per cell
@@ -121,6 +122,25 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
     return docker_backend.DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus,
                                         memory_limit=options.container_memory, pids_limit=options.container_pids,
                                         log=log)
+
+
+def _remove_containers_of_ended_runs(client, log: Log) -> None:
+    """Before the first cell: what runs killed outright left on the engine goes, a live run's stays
+    (orchestrator/backends/container_lifetime.py). A refusal is said in one line; the run goes on."""
+    import docker
+    import requests
+
+    from orchestrator.backends.container_lifetime import remove_containers_of_ended_runs
+
+    try:
+        removed = remove_containers_of_ended_runs(client)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+        said = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        log(f"could not look for containers of ended runs on the Docker engine ({said}); the run goes on")
+        return
+    if removed:
+        log(f"Removed {removed} cell container{'' if removed == 1 else 's'} of runs that have ended (their owner "
+            f"gone, or past their deadline) from the Docker engine.")
 
 
 def _start_ray(frameworks: dict, options: BackendOptions, log: Log):
