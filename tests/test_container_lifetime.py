@@ -15,7 +15,7 @@ from orchestrator.backends.container_lifetime import (CELL_LABEL, DEADLINE_GRACE
                                                       OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_STARTED_LABEL,
                                                       run_has_ended)
 from orchestrator.backends.docker import DockerBackend
-from orchestrator.commands.common_args import LONGEST_TIMEOUT_S
+from orchestrator.backends import LONGEST_TIMEOUT_S
 from workloads.common.result import Cell
 
 ENTRYPOINT = ["/opt/venv/bin/python", "-m", "workloads"]

@@ -21,6 +21,11 @@ from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, Sch
 
 STDERR_TAIL_CHARS = 4000
 
+# The longest a cell may be given: a week. An infinite or astronomically long timeout is none at
+# all, and overflows the clocks that enforce it (the orchestrator's, and the container's own
+# deadline: container_lifetime.py).
+LONGEST_TIMEOUT_S = 7 * 24 * 3600
+
 # The variables that change how fast a cell runs which a cell inherits from the host, in every
 # backend alike (the local backend's subprocess, the Docker backend's container): thread pools,
 # their placement and the CPU math libraries' code paths. A host that sets OMP_NUM_THREADS means

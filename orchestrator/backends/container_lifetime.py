@@ -29,7 +29,7 @@ from typing import Iterator, Mapping
 
 import docker
 
-from orchestrator.commands.common_args import LONGEST_TIMEOUT_S
+from orchestrator.backends import LONGEST_TIMEOUT_S
 
 CELL_LABEL = "io.rosetta-bench.cell"  # value: the cell's key
 SESSION_LABEL = "io.rosetta-bench.session"  # value: one id per DockerBackend, to tell runs apart

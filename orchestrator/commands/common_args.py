@@ -12,14 +12,10 @@ import re
 from pathlib import Path
 
 from orchestrator import frameworks as framework_registry, images, matrix
-from orchestrator.backends import registry
+from orchestrator.backends import LONGEST_TIMEOUT_S, registry
 from orchestrator.errors import UserError
 from workloads.common.hyperparams import WORKLOADS
 
-
-# The longest a cell may be given: a week. An infinite or astronomically long timeout is none at
-# all, and overflows the clocks that enforce it.
-LONGEST_TIMEOUT_S = 7 * 24 * 3600
 
 
 def comma_list(value: str) -> list[str]:
