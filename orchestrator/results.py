@@ -167,6 +167,20 @@ def read_cell_file(path: Path) -> Result:
 
 
 def parse_cell_bytes(content: bytes, name: str) -> Result:
+    """See `_parse_cell_bytes`; the reason of a refusal is one printable line, whatever the record
+    held (a field named with a line break, a control character)."""
+    try:
+        return _parse_cell_bytes(content, name)
+    except SchemaError as error:
+        raise SchemaError(one_line(str(error))) from error
+
+
+def one_line(text: str) -> str:
+    """`text` with every line break and control character written as its escape: one printable line."""
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
+
+
+def _parse_cell_bytes(content: bytes, name: str) -> Result:
     """A result record from bytes a cell handed back (a file's, or a Ray node's answer), checked as
     `read_cell_file` checks a file: bounded, UTF-8, JSON, nesting capped, every field of its type.
     SchemaError, its message starting with `name`, for anything else (docs/RUN-GUARANTEES.md,

@@ -5,6 +5,7 @@ a framework's interpreter); the Docker and Ray backends hand their results to th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,56 @@ def test_report_compare_and_export_name_each_file_left_out_and_exit_1(tmp_path):
         assert CELLS[1].key in line and reason in line
     assert (tmp_path / "new" / "report.md").is_file() and (tmp_path / "cells.csv").is_file()
     assert CELLS[0].key in (tmp_path / "cells.csv").read_text()
+
+
+# --- whatever bytes a cell hands back ------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from orchestrator.backends import collect  # noqa: E402
+
+VALID = json.dumps(measured(Result(CELLS[1])).to_dict()).encode("utf-8")
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                       max_size=4), max_leaves=12)
+
+
+@st.composite
+def mutated_results(draw) -> bytes:
+    """A valid result's bytes with one hostile change: bytes flipped, cut or inserted, or one field's
+    value replaced by any JSON value."""
+    kind = draw(st.sampled_from(["flip", "cut", "insert", "replace"]))
+    if kind == "replace":
+        record = json.loads(VALID)
+        parts = [record]
+        while isinstance(parts[-1], dict) and parts[-1] and draw(st.booleans()):
+            parts.append(parts[-1][draw(st.sampled_from(sorted(parts[-1])))])
+        target = parts[-2] if len(parts) > 1 else record
+        key = draw(st.sampled_from(sorted(target))) if isinstance(target, dict) and target else "cell"
+        target[key] = draw(JSON_VALUES)
+        return json.dumps(record, allow_nan=draw(st.booleans()) or True).encode("utf-8")
+    at = draw(st.integers(0, len(VALID)))
+    if kind == "cut":
+        return VALID[:at]
+    if kind == "insert":
+        return VALID[:at] + draw(st.binary(min_size=1, max_size=16)) + VALID[at:]
+    flipped = bytearray(VALID)
+    flipped[min(at, len(VALID) - 1)] ^= draw(st.integers(1, 255))
+    return bytes(flipped)
+
+
+@settings(max_examples=int(os.environ.get("ROSETTA_HYPOTHESIS_EXAMPLES", "1000")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(content=mutated_results(), exit_code=st.sampled_from([0, 1, 3]))
+def test_whatever_a_cell_writes_back_is_a_result_of_its_own_cell_never_a_traceback(tmp_path, content, exit_code):
+    out = tmp_path / "result.json"
+    out.write_bytes(content)
+    result = collect(CELLS[1], exit_code=exit_code, result_file=out, log_path=tmp_path / "cell.log")
+    assert result.cell == CELLS[1]
+    assert result.status in ("ok", "failed", "unsupported")
+    if result.status == "ok":
+        assert results.ok_result_problem(result) is None and exit_code == 0
+    else:
+        assert isinstance(result.reason, str) and result.reason
+        if result.reason.startswith(("unreadable result", "its result")):  # the host's own reason: one line
+            assert result.reason.isprintable() and len(result.reason) < 2000, result.reason

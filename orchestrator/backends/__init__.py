@@ -200,6 +200,7 @@ def collect(cell: Cell, *, exit_code: int | None, result_file: Path, log_path: P
             result = Result(cell=cell, status="failed", reason=f"unreadable result: {error}")
         if exit_code == EXIT_UNSUPPORTED:
             result.status = "unsupported"
+            result.reason = result.reason or f"exit code {exit_code} (unsupported) with no reason given"
         elif exit_code != EXIT_OK:
             result.status = "failed"
             result.reason = result.reason or f"exit code {exit_code}"
