@@ -1,0 +1,70 @@
+"""What a run writes survives a crash or a power cut, and two writers never leave half a file
+(docs/RUN-GUARANTEES.md): the atomic writers sync the file before the rename and its folder after
+it, and the parity check's canonical arrays are written the same way. Real files in tmp_path; only
+the syncing itself is recorded (a power cut cannot be had in a test)."""
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from workloads.common import canonical, safe_files
+
+
+class SyncRecorder:
+    """Stands in for os.fsync and os.replace: records, in order, what was synced (a file or a
+    folder, by its path) and what was renamed, then does the real thing."""
+
+    def __init__(self, monkeypatch):
+        self.events: list[tuple[str, str, str]] = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(descriptor):
+            kind = "folder" if stat.S_ISDIR(os.fstat(descriptor).st_mode) else "file"
+            self.events.append(("fsync", kind, os.readlink(f"/proc/self/fd/{descriptor}")))
+            real_fsync(descriptor)
+
+        def replace(source, target, **kwargs):
+            self.events.append(("replace", str(source), str(target)))
+            real_replace(source, target, **kwargs)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+
+    def check_durable(self, target) -> None:
+        """The file's bytes synced before the rename onto `target`, and its folder synced after it."""
+        renames = [index for index, event in enumerate(self.events) if event[0] == "replace" and event[2] == str(target)]
+        assert len(renames) == 1, self.events
+        (rename,) = renames
+        temporary = self.events[rename][1]
+        assert ("fsync", "file", temporary) in self.events[:rename], self.events
+        assert ("fsync", "folder", str(target.parent)) in self.events[rename + 1:], self.events
+
+
+def test_an_atomic_write_syncs_the_file_before_the_rename_and_the_folder_after_it(tmp_path, monkeypatch):
+    recorder = SyncRecorder(monkeypatch)
+    target = tmp_path / "cells" / "pytorch__cpu__cnn__r0.json"
+    safe_files.write_text_atomic(target, "{}")
+    recorder.check_durable(target)
+    assert target.read_text() == "{}"
+
+
+def test_a_durable_write_still_never_follows_a_link(tmp_path, monkeypatch):
+    recorder = SyncRecorder(monkeypatch)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "out" / "report.md"
+    target.parent.mkdir()
+    target.symlink_to(victim)
+    safe_files.write_bytes_atomic(target, b"report")
+    recorder.check_durable(target)
+    assert victim.read_text() == "precious"
+    assert not target.is_symlink() and target.read_text() == "report"
+    # a linked folder on the way is refused, synced or not
+    (tmp_path / "linked").symlink_to(tmp_path / "out")
+    with pytest.raises(safe_files.UnsafePath):
+        safe_files.write_bytes_atomic(tmp_path / "linked" / "report.md", b"x", below=tmp_path)
+    assert (tmp_path / "out" / "report.md").read_text() == "report"
