@@ -68,3 +68,68 @@ def test_a_durable_write_still_never_follows_a_link(tmp_path, monkeypatch):
     with pytest.raises(safe_files.UnsafePath):
         safe_files.write_bytes_atomic(tmp_path / "linked" / "report.md", b"x", below=tmp_path)
     assert (tmp_path / "out" / "report.md").read_text() == "report"
+
+
+# --- the parity check's canonical arrays: concurrent parity runs and Ray tasks share the folder --
+
+def complete_arrays(path) -> set[str] | None:
+    """The array names of the .npz at `path`, None when there is none; fails on half a file."""
+    if not os.path.lexists(path):
+        return None
+    with np.load(path, allow_pickle=False) as loaded:
+        for name in loaded.files:
+            loaded[name]  # every array read whole
+        return set(loaded.files)
+
+
+def test_the_canonical_files_are_never_seen_half_written(tmp_path, monkeypatch):
+    canonical.write(tmp_path, "cnn")
+    weights = set(canonical.parameters("cnn"))
+    seen = []
+    real_write_array = np.lib.format.write_array
+
+    def write_array(*args, **kwargs):  # numpy's savez writes the arrays one by one
+        seen.append(complete_arrays(tmp_path / canonical.WEIGHTS_FILE))
+        real_write_array(*args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", write_array)
+    canonical.write(tmp_path, "cnn")
+    assert len(seen) > len(weights) and all(names in (weights, {"x", "y"}) for names in seen), seen
+    recorder = SyncRecorder(monkeypatch)
+    canonical.write(tmp_path, "cnn")
+    recorder.check_durable(tmp_path / canonical.WEIGHTS_FILE)
+    recorder.check_durable(tmp_path / canonical.BATCH_FILE)
+
+
+def test_a_link_planted_at_a_canonical_file_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim.npz"
+    victim.write_bytes(b"precious")
+    folder = tmp_path / "parity" / "gru"
+    folder.mkdir(parents=True)
+    (folder / canonical.WEIGHTS_FILE).symlink_to(victim)
+    canonical.write(folder, "gru")
+    assert victim.read_bytes() == b"precious"
+    assert not (folder / canonical.WEIGHTS_FILE).is_symlink()
+    weights, batch = canonical.load(folder)
+    assert np.array_equal(weights["gru.kernel"], canonical.parameters("gru")["gru.kernel"])
+
+
+def test_two_writers_at_once_both_leave_complete_files(tmp_path):
+    start, errors = threading.Barrier(2), []
+
+    def writer():
+        start.wait()
+        try:
+            canonical.write(tmp_path, "cnn")
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert complete_arrays(tmp_path / canonical.WEIGHTS_FILE) == set(canonical.parameters("cnn"))
+    assert complete_arrays(tmp_path / canonical.BATCH_FILE) == set(canonical.parity_batch("cnn"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([canonical.WEIGHTS_FILE, canonical.BATCH_FILE])
