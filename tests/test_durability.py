@@ -4,14 +4,19 @@ it, and the parity check's canonical arrays are written the same way. Real files
 the syncing itself is recorded (a power cut cannot be had in a test)."""
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import stat
+import tarfile
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from workloads.common import canonical, safe_files
+from workloads.common import canonical, data, safe_files
+from workloads.common.data import checksum, safe_tar
 
 
 class SyncRecorder:
@@ -133,3 +138,67 @@ def test_two_writers_at_once_both_leave_complete_files(tmp_path):
     assert complete_arrays(tmp_path / canonical.WEIGHTS_FILE) == set(canonical.parameters("cnn"))
     assert complete_arrays(tmp_path / canonical.BATCH_FILE) == set(canonical.parity_batch("cnn"))
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([canonical.WEIGHTS_FILE, canonical.BATCH_FILE])
+
+
+# --- the published archives: pinned by SHA-256 beside an MD5, bounded before they are read --------
+
+def quiet(done, total):
+    """A progress callback that keeps the test output clean."""
+
+
+def toy_archive(folder: Path, *, member_bytes: int = 2000) -> Path:
+    """A real tar.gz with one member of random bytes, as a publisher would serve it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = np.random.default_rng(0).integers(0, 256, member_bytes, dtype=np.uint8).tobytes()
+    path = folder / "toy.tar.gz"
+    with tarfile.open(path, mode="w:gz") as tar:
+        member = tarfile.TarInfo(TOY_MEMBER)
+        member.size = len(payload)
+        tar.addfile(member, io.BytesIO(payload))
+    return path
+
+
+TOY_MEMBER = "toy/data.bin"
+
+
+def toy_remote(archive: Path, **fields) -> data.RemoteFile:
+    """`archive` declared like CIFAR-10: its published MD5 and, beside it, its SHA-256."""
+    body = archive.read_bytes()
+    fields.setdefault("sha256", hashlib.sha256(body).hexdigest())
+    return data.RemoteFile("Toy", archive.name, archive.as_uri(), "md5", hashlib.md5(body).hexdigest(), **fields)
+
+
+def test_cifar10_is_pinned_by_sha256_beside_its_published_md5():
+    assert (data.CIFAR10.algorithm, data.CIFAR10.digest) == ("md5", "c58f30108f718f92721af3b95e74349a")
+    assert data.CIFAR10.sha256 == "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+    assert data.IMDB.algorithm == "sha256"  # published as a SHA-256 already
+
+
+def test_a_download_with_the_published_md5_but_another_sha256_is_refused(tmp_path):
+    archive = toy_archive(tmp_path / "published")
+    assert data.fetch(toy_remote(archive), tmp_path / "data", progress=quiet) == tmp_path / "data" / archive.name
+    forged = toy_remote(archive, sha256="0" * 64)
+    with pytest.raises(data.DataError, match=f"corrupt \\(sha256 expected {'0' * 64}, got") as refused:
+        data.fetch(forged, tmp_path / "other", progress=quiet)
+    assert "\n" not in str(refused.value)
+    assert list((tmp_path / "other").iterdir()) == []  # nothing unverified is kept
+
+
+def test_a_present_file_is_checked_against_the_sha256_even_with_an_md5_stamp(tmp_path):
+    archive = toy_archive(tmp_path / "published")
+    md5_only = toy_remote(archive, sha256="")
+    data.fetch(md5_only, tmp_path / "data", progress=quiet)  # verified, and stamped, by its MD5 alone
+    with pytest.raises(data.DataError, match="is corrupt \\(sha256 expected"):
+        data.fetch(toy_remote(archive, sha256="0" * 64), tmp_path / "data")
+    assert data.fetch(toy_remote(archive), tmp_path / "data") == tmp_path / "data" / archive.name
+
+
+def test_the_bytes_parsed_are_checked_against_the_sha256(tmp_path):
+    archive = toy_archive(tmp_path)
+    assert set(safe_tar.read_tar_members(toy_remote(archive), archive, {TOY_MEMBER})) == {TOY_MEMBER}
+    assert checksum.read_verified(toy_remote(archive), archive) == archive.read_bytes()
+    forged = toy_remote(archive, sha256="0" * 64)
+    with pytest.raises(data.DataError, match="sha256 expected"):
+        safe_tar.read_tar_members(forged, archive, {TOY_MEMBER})
+    with pytest.raises(data.DataError, match="sha256 expected"):
+        checksum.read_verified(forged, archive)

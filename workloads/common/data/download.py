@@ -6,7 +6,7 @@ import tempfile
 import urllib.request
 from typing import Optional, Union
 
-from .checksum import CHUNK_BYTES, new_hasher, verify_present_file, write_stamp
+from .checksum import CHUNK_BYTES, ArchiveHasher, verify_present_file, write_stamp
 from .errors import DataError, describe, one_line
 from .files import make_shareable, remove_quietly
 from .progress import ProgressCallback, TextProgressBar
@@ -45,7 +45,7 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
         raise _cannot_download(remote, data_dir, f"cannot write there: {error}") from None
     temp_path = pathlib.Path(temp_name)
     report = progress or TextProgressBar(f"{remote.name}: downloading {remote.filename}")
-    hasher = new_hasher(remote.algorithm)
+    hasher = ArchiveHasher(remote)
     received = 0
     try:
         with os.fdopen(handle, "wb") as output:
@@ -67,10 +67,11 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
         if total is not None and received != total:
             raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} was cut short "
                             f"({received} of {total} bytes); run again to retry, or put the file in {data_dir}")
-        got = hasher.hexdigest()
-        if got != remote.digest.lower():
+        mismatch = hasher.mismatch()
+        if mismatch:
+            algorithm, expected, got = mismatch
             raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} is corrupt "
-                            f"({remote.algorithm} expected {remote.digest}, got {got}); run again to retry, "
+                            f"({algorithm} expected {expected}, got {got}); run again to retry, "
                             f"or put a good copy in {data_dir}")
         make_shareable(temp_path)
         os.replace(temp_path, target)
