@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from workloads.common import canonical, data, safe_files
-from workloads.common.data import checksum, safe_tar
+from workloads.common.data import checksum, download, safe_tar
 
 
 class SyncRecorder:
@@ -202,3 +202,47 @@ def test_the_bytes_parsed_are_checked_against_the_sha256(tmp_path):
         safe_tar.read_tar_members(forged, archive, {TOY_MEMBER})
     with pytest.raises(data.DataError, match="sha256 expected"):
         checksum.read_verified(forged, archive)
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["Content-Length", "no Content-Length"])
+def test_a_download_larger_than_its_cap_is_refused(tmp_path, monkeypatch, announced):
+    archive = toy_archive(tmp_path / "published", member_bytes=20_000)
+    capped = toy_remote(archive, max_bytes=1000)
+    if not announced:  # a server that does not say how much it sends is stopped as the bytes come
+        monkeypatch.setattr(download, "_content_length", lambda response: None)
+    with pytest.raises(data.DataError, match="larger than 1000 bytes") as refused:
+        data.fetch(capped, tmp_path / "data", progress=quiet)
+    assert "\n" not in str(refused.value) and capped.url in str(refused.value)
+    assert list((tmp_path / "data").iterdir()) == []  # nothing half-written is left
+    assert data.fetch(toy_remote(archive), tmp_path / "data", progress=quiet).is_file()  # under its cap: fine
+
+
+def test_a_present_file_larger_than_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    archive = toy_archive(tmp_path, member_bytes=20_000)
+    capped = toy_remote(archive, max_bytes=1000)
+    read = []
+    monkeypatch.setattr(checksum, "file_digest", lambda *args: read.append(args))
+    with pytest.raises(data.DataError, match="larger than 1000 bytes"):
+        data.fetch(capped, tmp_path)
+    with pytest.raises(data.DataError, match="larger than 1000 bytes"):
+        checksum.read_verified(capped, archive)
+    assert read == []
+
+
+def test_a_tar_member_larger_than_its_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    archive = toy_archive(tmp_path, member_bytes=5000)
+    monkeypatch.setattr(safe_tar, "LONGEST_MEMBER", 4999)
+
+    def must_not_read(*args, **kwargs):
+        raise AssertionError("a member over the cap was read")
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", must_not_read)
+    with pytest.raises(data.DataError, match=f"member '{TOY_MEMBER}' is larger than 4999 bytes") as refused:
+        safe_tar.read_tar_members(toy_remote(archive), archive, {TOY_MEMBER})
+    assert "\n" not in str(refused.value)
+
+
+def test_the_published_archives_are_capped_at_their_size():
+    assert data.CIFAR10.max_bytes == 170_498_071  # the published tarball's size: nothing larger has its digest
+    assert 17_000_000 < data.IMDB.max_bytes <= 64 << 20
+    assert safe_tar.LONGEST_MEMBER >= 31_035_704  # a CIFAR-10 batch (10,000 images and their pickle)

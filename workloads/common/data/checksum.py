@@ -7,6 +7,7 @@ that unpickles an archive first verifies its full digests in this process, on th
 then parses: ``read_verified`` and ``VerifyingReader``.
 """
 import hashlib
+import os
 import pathlib
 from typing import Optional, Tuple
 
@@ -19,6 +20,9 @@ CHUNK_BYTES = 1 << 20
 
 def verify_present_file(remote: RemoteFile, target: pathlib.Path) -> None:
     """Check a file already in the data dir; a stamp spares re-hashing an unchanged file."""
+    size = target.stat().st_size
+    if size > remote.max_bytes:
+        raise too_large(remote, target, size)
     if _stamp_matches(remote, target):
         return
     for algorithm, expected in remote.expected_digests().items():
@@ -52,6 +56,12 @@ class ArchiveHasher:
         return None
 
 
+def too_large(remote: RemoteFile, target: pathlib.Path, size: int) -> DataError:
+    """The error for a file larger than its archive can be (RemoteFile.max_bytes): never read."""
+    return DataError(f"{remote.name}: {target} is {size} bytes, larger than {remote.max_bytes} bytes, the most "
+                     f"{remote.filename} can be; delete it and run again to download it afresh")
+
+
 def corrupt_file(remote: RemoteFile, target: pathlib.Path, mismatch: Mismatch) -> DataError:
     """The error for a file without a declared digest; its stamp goes, so it is re-hashed."""
     algorithm, expected, got = mismatch
@@ -66,7 +76,12 @@ def read_verified(remote: RemoteFile, target: pathlib.Path) -> bytes:
     Hashing the bytes that are then parsed leaves no window in which the file could change.
     """
     with open(target, "rb") as stream:
-        content = stream.read()
+        size = os.fstat(stream.fileno()).st_size
+        if size > remote.max_bytes:
+            raise too_large(remote, target, size)
+        content = stream.read(remote.max_bytes + 1)  # the file may have grown since: still bounded
+    if len(content) > remote.max_bytes:
+        raise too_large(remote, target, len(content))
     hasher = ArchiveHasher(remote)
     hasher.update(content)
     mismatch = hasher.mismatch()

@@ -35,6 +35,12 @@ def _cannot_download(remote: RemoteFile, data_dir: pathlib.Path, reason: str) ->
                      f"{remote.url} ({one_line(reason)}); put the file there, or run with --data synthetic")
 
 
+def _too_large(remote: RemoteFile, data_dir: pathlib.Path, how_much: str) -> DataError:
+    return DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} is larger than "
+                     f"{remote.max_bytes} bytes, the most the archive can be ({how_much}); stopped, nothing kept: "
+                     f"put a good copy in {data_dir}")
+
+
 def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
               progress: Optional[ProgressCallback]) -> None:
     """Stream the file to a temp name beside the target, hashing as it comes, then rename it."""
@@ -52,6 +58,8 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
             try:
                 with urllib.request.urlopen(remote.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
                     total = _content_length(response)
+                    if total is not None and total > remote.max_bytes:
+                        raise _too_large(remote, data_dir, f"{total} bytes announced")
                     report(0, total)
                     while True:
                         chunk = response.read(CHUNK_BYTES)
@@ -60,6 +68,8 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
                         output.write(chunk)
                         hasher.update(chunk)
                         received += len(chunk)
+                        if received > remote.max_bytes:  # a server that sends more than it announced
+                            raise _too_large(remote, data_dir, f"{received} bytes received so far")
                         report(received, total)
             except (OSError, http.client.HTTPException, ValueError) as error:
                 # URLError and HTTPError are OSErrors; a bad URL is a ValueError.
