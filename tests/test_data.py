@@ -724,7 +724,9 @@ def test_default_data_dir(monkeypatch, tmp_path):
 def test_the_published_checksums():
     assert data.CIFAR10 == data.RemoteFile("CIFAR-10", "cifar-10-python.tar.gz",
                                            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-                                           "md5", "c58f30108f718f92721af3b95e74349a")
+                                           "md5", "c58f30108f718f92721af3b95e74349a",
+                                           "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+                                           170_498_071)
     assert data.IMDB.algorithm == "sha256"
     assert data.IMDB.digest == "69664113be75683a8fe16e3ed0ab59fda8886cb3cd7ada244f7d9544e4676b9f"
 

@@ -1,9 +1,13 @@
 """`export`: a run's results as one tidy table for notebooks: one row per cell and repeat, with
 its identity, status, the workload's headline figure and every other metric, and the provenance
-that says where it was measured (device, versions, image digest)."""
+that says where it was measured (device, versions, image digest).
+
+The CSV is made to be opened in a spreadsheet, and its strings come from cells, which are
+untrusted (docs/RUN-GUARANTEES.md, the trust model): none of them is read there as a formula."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +23,15 @@ ORDER = 74  # after compare: both read a run's results
 FORMATS = ["csv"]
 DEFAULT_FILE = run_folder.CELLS_CSV
 STDOUT = "-"
+# RFC 4180's line end: the CSV writer then quotes a field holding a carriage return as well as one
+# holding a line feed, so a CR from a result can neither end a row nor start a formula's cell.
+LINE_END = "\r\n"
+
+# What a spreadsheet takes for the start of a formula (OWASP, "CSV Injection"): a cell beginning
+# with one of these is given a leading single quote, which makes it text (and which a spreadsheet
+# does not show). A plain numeral ("-3.5") is no formula and stays as it is.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMERAL = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]
 OUTCOME = ["status", "reason", "headline_metric", "headline"]
@@ -67,6 +80,22 @@ def tidy_frame(results_dir: Path, unreadable: list | None = None) -> pd.DataFram
     return frame[columns].sort_values(IDENTITY, kind="stable", ignore_index=True)
 
 
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every string that a spreadsheet would run as a formula made text (see
+    FORMULA_STARTS); numbers, and strings that are plain numerals, unchanged."""
+    frame = frame.copy()
+    for column in frame.select_dtypes(include=["object", "string"]).columns:
+        frame[column] = frame[column].map(formula_neutralised)
+    return frame
+
+
+def formula_neutralised(value):
+    """`value`, with a leading single quote when it is a string a spreadsheet would read as a formula."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _NUMERAL.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def export(results_dir: Path, *, out: str | None = None, format: str = "csv",
            unreadable: list | None = None) -> Path | None:
     """Write the run's tidy table as ``format``; returns the file written (None: standard output).
@@ -75,7 +104,7 @@ def export(results_dir: Path, *, out: str | None = None, format: str = "csv",
 
     if format not in FORMATS:
         raise UserError(f"--format {format!r}: choose from {', '.join(FORMATS)}")
-    text = tidy_frame(results_dir, unreadable).to_csv(index=False)
+    text = spreadsheet_safe(tidy_frame(results_dir, unreadable)).to_csv(index=False, lineterminator=LINE_END)
     if out == STDOUT:
         sys.stdout.write(text)
         return None

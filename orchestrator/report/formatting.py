@@ -6,6 +6,7 @@ a fraction as a percentage, any rate as a whole number once it reaches 100.
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import pandas as pd
@@ -80,14 +81,32 @@ def unit_heading(metric: Metric) -> str:
     return metric.label if metric.heading == metric.label and metric.unit else metric.unit
 
 
-# Characters that would make text from a result into HTML (<script>, &entities;) or Markdown syntax
-# (a link, emphasis, code, a table cell's end): HTML's as entities, the rest backslash-escaped,
-# which CommonMark allows for any ASCII punctuation.
-_MARKDOWN_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;",
+# The Markdown pages are read on GitHub and in editors, and their strings come from cells, which are
+# untrusted (docs/RUN-GUARANTEES.md, the trust model): none of them may become markup, a live link
+# or a cell without end.
+#
+# Characters that would make text from a result into HTML (<script>, &entities;, a <...> autolink)
+# or Markdown syntax (a link, emphasis, code, a table cell's end): HTML's as entities, the rest
+# backslash-escaped, which CommonMark allows for any ASCII punctuation. An "@" is followed by a word
+# joiner (invisible, no line break): GitHub finds a bare e-mail address in the text as rendered,
+# after escapes, and only a character that is not part of an address stops it.
+WORD_JOINER = "\u2060"
+_MARKDOWN_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "@": "@" + WORD_JOINER,
                                    **{mark: "\\" + mark for mark in "\\`*_[]|"}})
+# Where GitHub's extended autolinks start, found in the source: "scheme://", "www.", "mailto:" and
+# "xmpp:". An escaped ":" or "." starts none, and reads the same.
+_AUTOLINK_MARKS = re.compile(r"(?i):(?=//)|(?<=mailto):|(?<=xmpp):|(?<=www)\.")
+LONGEST_CELL = 300  # characters a reader sees in one table cell or heading, the ellipsis included
+LONGEST_LINE = 2000  # ... in one line of a list (the run's metadata, a row's details, the notes)
+ELLIPSIS = "…"
 
 
-def markdown_cell(text) -> str:
-    """Text from a result, safe in a Markdown table cell or line: on one line, HTML and Markdown
-    syntax escaped (a `|` cannot close the cell, `<script>` stays text)."""
-    return " ".join(str(text).split()).translate(_MARKDOWN_ESCAPES)
+def markdown_cell(text, limit: int | None = LONGEST_CELL) -> str:
+    """Text from a result, safe in a Markdown table cell or line: on one line, at most `limit`
+    characters as a reader sees them (cut with an ellipsis), HTML and Markdown syntax escaped (a `|`
+    cannot close the cell, `<script>` stays text) and no autolink live (a URL, "www.", an e-mail
+    address reads as text). The one escaping of every Markdown page: report, ranking and compare."""
+    text = " ".join(str(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[:limit - len(ELLIPSIS)] + ELLIPSIS  # cut before escaping: no escape is cut in two
+    return _AUTOLINK_MARKS.sub(lambda mark: "\\" + mark.group(), text.translate(_MARKDOWN_ESCAPES))

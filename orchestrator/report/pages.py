@@ -17,7 +17,7 @@ import pandas as pd
 from orchestrator.report.chart import chart_svg
 from orchestrator.report.code_view import code_context
 from orchestrator.report.energy import energy_section
-from orchestrator.report.formatting import markdown_cell
+from orchestrator.report.formatting import LONGEST_LINE, markdown_cell
 from orchestrator.report.frame import report_frame
 from orchestrator.report.grid import grids
 from orchestrator.report.languages import overhead_table
@@ -42,7 +42,7 @@ def _environment() -> jinja2.Environment:
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         # report.html.j2 is escaped by Jinja; report.md.j2 escapes every string from a result
-        # itself, with md_cell (HTML and Markdown syntax alike).
+        # itself, with md_cell (HTML and Markdown syntax alike, autolinks, the length of a cell).
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "htm", "xml", "html.j2"),
                                             default_for_string=True),
         undefined=jinja2.StrictUndefined,
@@ -51,6 +51,7 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     environment.filters["md_cell"] = markdown_cell
+    environment.globals["longest_line"] = LONGEST_LINE  # md_cell(longest_line): a list's line, not a table cell
     return environment
 
 

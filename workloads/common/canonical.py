@@ -39,7 +39,7 @@ from typing import Dict, Tuple, Union
 
 import numpy as np
 
-from workloads.common import declaration, hyperparams
+from workloads.common import declaration, hyperparams, safe_files
 
 BN_EPSILON = 1e-5
 PARITY_STEPS = 2
@@ -134,10 +134,13 @@ def parameter_count(params: Dict[str, np.ndarray]) -> int:
 
 
 def write(folder: Union[str, Path], workload: str) -> Path:
+    """The workload's canonical weights and batch as .npz files in `folder`, each written atomically
+    and durably (safe_files.write_atomic): concurrent parity runs and Ray tasks share the folder, so
+    a reader finds the previous complete file or the new one, never half of one, and a link planted
+    at a file's name is replaced, never written through."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    np.savez(folder / WEIGHTS_FILE, **parameters(workload))
-    np.savez(folder / BATCH_FILE, **parity_batch(workload))
+    for name, arrays in ((WEIGHTS_FILE, parameters(workload)), (BATCH_FILE, parity_batch(workload))):
+        safe_files.write_atomic(folder / name, lambda stream, arrays=arrays: np.savez(stream, **arrays))
     return folder
 
 

@@ -2,17 +2,18 @@
 
 Standard library only (Python 3.6 and newer: the images use it too). Every file the project
 produces is written atomically (a temporary file in the same folder, flushed and fsynced, then
-renamed over the target), so a crash or a full disk leaves the previous good file or none, never
-a truncated one. Renaming replaces a link planted at the target instead of writing through it,
+renamed over the target, and the folder fsynced), so a crash, a power cut or a full disk leaves the
+previous good file or the new one, never a truncated one. Renaming replaces a link planted at the target instead of writing through it,
 and the folders on the way are refused if they are links. Removal never descends into a link.
 """
+import errno
 import os
 import re
 import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Callable, Union
 
 FILE_MODE = 0o644  # results and reports: one mode for every file a run produces
 FOLDER_MODE = 0o755
@@ -51,8 +52,12 @@ def make_folder(path: PathLike, *, below: PathLike = None, mode: int = FOLDER_MO
     return path
 
 
-def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:
-    """Write `data` to `path` atomically: temporary file, fsync, rename. Never through a link."""
+def write_atomic(path: PathLike, write: Callable[[BinaryIO], object], *, mode: int = FILE_MODE,
+                 below: PathLike = None) -> Path:
+    """Write `path` atomically and durably: `write(stream)` fills a temporary file beside it, which
+    is fsynced, renamed over `path`, and the folder fsynced (docs/RUN-GUARANTEES.md: a finished
+    cell's result survives a power cut). Never through a link. For a writer that streams (numpy's
+    savez) as well as for bytes at hand."""
     path = Path(path)
     make_folder(path.parent, below=below)
     if os.path.isdir(str(path)) and not os.path.islink(str(path)):
@@ -60,11 +65,12 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, be
     handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            write(stream)
             stream.flush()
-            os.fsync(stream.fileno())
+            os.fsync(stream.fileno())  # the bytes on disk before the name points at them
         os.chmod(temporary, mode)
         os.replace(temporary, str(path))  # replaces a link at `path` itself, never writes through it
+        sync_folder(path.parent)  # the rename itself on disk
     except BaseException as error:
         try:
             os.unlink(temporary)
@@ -74,6 +80,30 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, be
             error.filename = str(path)  # a full disk's error names the file it was writing
         raise
     return path
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:
+    """Write `data` to `path` atomically and durably (see write_atomic). Never through a link."""
+    return write_atomic(path, lambda stream: stream.write(data), mode=mode, below=below)
+
+
+# What fsync on a folder answers on a file system that cannot sync one (some network and FUSE
+# file systems): the rename stands, as durable as that file system makes it.
+_FOLDER_SYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def sync_folder(folder: PathLike) -> None:
+    """fsync `folder` itself: a file's name is an entry of its folder, which POSIX makes durable
+    apart from the file's bytes, so a rename or a new file survives a power cut only after this."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    descriptor = os.open(str(folder), flags)
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        if error.errno not in _FOLDER_SYNC_UNSUPPORTED:
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def write_text_atomic(path: PathLike, text: str, *, mode: int = FILE_MODE, below: PathLike = None) -> Path:

@@ -1,11 +1,15 @@
 """Checking an archive against its published checksum, and the stamp that spares re-hashing it.
 
-The stamp (digest, size, mtime) only spares re-hashing before a file is used by code that cannot
-be subverted by its content. Anything that unpickles an archive first verifies its full digest
-in this process, on the very bytes it then parses: ``read_verified`` and ``VerifyingReader``.
+Every check is against every digest the archive's declaration gives (RemoteFile.expected_digests:
+the published one, and its SHA-256 beside a published MD5). The stamp (digests, size, mtime) only
+spares re-hashing before a file is used by code that cannot be subverted by its content. Anything
+that unpickles an archive first verifies its full digests in this process, on the very bytes it
+then parses: ``read_verified`` and ``VerifyingReader``.
 """
 import hashlib
+import os
 import pathlib
+from typing import Optional, Tuple
 
 from .errors import DataError
 from .files import remove_quietly, write_atomically
@@ -16,18 +20,53 @@ CHUNK_BYTES = 1 << 20
 
 def verify_present_file(remote: RemoteFile, target: pathlib.Path) -> None:
     """Check a file already in the data dir; a stamp spares re-hashing an unchanged file."""
+    size = target.stat().st_size
+    if size > remote.max_bytes:
+        raise too_large(remote, target, size)
     if _stamp_matches(remote, target):
         return
-    got = file_digest(target, remote.algorithm)
-    if got != remote.digest.lower():
-        raise corrupt_file(remote, target, got)
+    for algorithm, expected in remote.expected_digests().items():
+        got = file_digest(target, algorithm)
+        if got != expected:
+            raise corrupt_file(remote, target, (algorithm, expected, got))
     write_stamp(remote, target)
 
 
-def corrupt_file(remote: RemoteFile, target: pathlib.Path, got: str) -> DataError:
-    """The error for a file whose digest is not the published one; its stamp goes, so it is re-hashed."""
+# A digest the bytes do not have: (algorithm, expected, got).
+Mismatch = Tuple[str, str, str]
+
+
+class ArchiveHasher:
+    """Hashes bytes with every algorithm the archive is checked by (RemoteFile.expected_digests)."""
+
+    def __init__(self, remote: RemoteFile):
+        self._expected = remote.expected_digests()
+        self._hashers = {algorithm: new_hasher(algorithm) for algorithm in self._expected}
+
+    def update(self, chunk: bytes) -> None:
+        for hasher in self._hashers.values():
+            hasher.update(chunk)
+
+    def mismatch(self) -> Optional[Mismatch]:
+        """The first digest the bytes hashed so far do not have; None when they have them all."""
+        for algorithm, expected in self._expected.items():
+            got = self._hashers[algorithm].hexdigest()
+            if got != expected:
+                return algorithm, expected, got
+        return None
+
+
+def too_large(remote: RemoteFile, target: pathlib.Path, size: int) -> DataError:
+    """The error for a file larger than its archive can be (RemoteFile.max_bytes): never read."""
+    return DataError(f"{remote.name}: {target} is {size} bytes, larger than {remote.max_bytes} bytes, the most "
+                     f"{remote.filename} can be; delete it and run again to download it afresh")
+
+
+def corrupt_file(remote: RemoteFile, target: pathlib.Path, mismatch: Mismatch) -> DataError:
+    """The error for a file without a declared digest; its stamp goes, so it is re-hashed."""
+    algorithm, expected, got = mismatch
     remove_quietly(_stamp_path(remote, target))
-    return DataError(f"{remote.name}: {target} is corrupt ({remote.algorithm} expected {remote.digest}, "
+    return DataError(f"{remote.name}: {target} is corrupt ({algorithm} expected {expected}, "
                      f"got {got}); delete it and run again to download it afresh")
 
 
@@ -37,12 +76,17 @@ def read_verified(remote: RemoteFile, target: pathlib.Path) -> bytes:
     Hashing the bytes that are then parsed leaves no window in which the file could change.
     """
     with open(target, "rb") as stream:
-        content = stream.read()
-    hasher = new_hasher(remote.algorithm)
+        size = os.fstat(stream.fileno()).st_size
+        if size > remote.max_bytes:
+            raise too_large(remote, target, size)
+        content = stream.read(remote.max_bytes + 1)  # the file may have grown since: still bounded
+    if len(content) > remote.max_bytes:
+        raise too_large(remote, target, len(content))
+    hasher = ArchiveHasher(remote)
     hasher.update(content)
-    got = hasher.hexdigest()
-    if got != remote.digest.lower():
-        raise corrupt_file(remote, target, got)
+    mismatch = hasher.mismatch()
+    if mismatch:
+        raise corrupt_file(remote, target, mismatch)
     return content
 
 
@@ -58,7 +102,7 @@ class VerifyingReader:
         self.remote = remote
         self.target = target
         self._stream = open(target, "rb")
-        self._hasher = new_hasher(remote.algorithm)
+        self._hasher = ArchiveHasher(remote)
 
     def read(self, size: int = -1) -> bytes:
         chunk = self._stream.read(size)
@@ -68,9 +112,9 @@ class VerifyingReader:
     def verify(self) -> None:
         for chunk in iter(lambda: self.read(CHUNK_BYTES), b""):
             pass
-        got = self._hasher.hexdigest()
-        if got != self.remote.digest.lower():
-            raise corrupt_file(self.remote, self.target, got)
+        mismatch = self._hasher.mismatch()
+        if mismatch:
+            raise corrupt_file(self.remote, self.target, mismatch)
 
     def close(self) -> None:
         self._stream.close()
@@ -115,7 +159,8 @@ def _stamp_path(remote: RemoteFile, target: pathlib.Path) -> pathlib.Path:
 
 def _stamp_text(remote: RemoteFile, target: pathlib.Path) -> str:
     status = target.stat()
-    return f"{remote.digest.lower()} {status.st_size} {status.st_mtime_ns}\n"
+    # every digest checked: a stamp from before a SHA-256 was declared spares no check of it
+    return f"{' '.join(remote.expected_digests().values())} {status.st_size} {status.st_mtime_ns}\n"
 
 
 def _stamp_matches(remote: RemoteFile, target: pathlib.Path) -> bool:

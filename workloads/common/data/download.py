@@ -6,7 +6,7 @@ import tempfile
 import urllib.request
 from typing import Optional, Union
 
-from .checksum import CHUNK_BYTES, new_hasher, verify_present_file, write_stamp
+from .checksum import CHUNK_BYTES, ArchiveHasher, verify_present_file, write_stamp
 from .errors import DataError, describe, one_line
 from .files import make_shareable, remove_quietly
 from .progress import ProgressCallback, TextProgressBar
@@ -35,6 +35,12 @@ def _cannot_download(remote: RemoteFile, data_dir: pathlib.Path, reason: str) ->
                      f"{remote.url} ({one_line(reason)}); put the file there, or run with --data synthetic")
 
 
+def _too_large(remote: RemoteFile, data_dir: pathlib.Path, how_much: str) -> DataError:
+    return DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} is larger than "
+                     f"{remote.max_bytes} bytes, the most the archive can be ({how_much}); stopped, nothing kept: "
+                     f"put a good copy in {data_dir}")
+
+
 def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
               progress: Optional[ProgressCallback]) -> None:
     """Stream the file to a temp name beside the target, hashing as it comes, then rename it."""
@@ -45,13 +51,15 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
         raise _cannot_download(remote, data_dir, f"cannot write there: {error}") from None
     temp_path = pathlib.Path(temp_name)
     report = progress or TextProgressBar(f"{remote.name}: downloading {remote.filename}")
-    hasher = new_hasher(remote.algorithm)
+    hasher = ArchiveHasher(remote)
     received = 0
     try:
         with os.fdopen(handle, "wb") as output:
             try:
                 with urllib.request.urlopen(remote.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
                     total = _content_length(response)
+                    if total is not None and total > remote.max_bytes:
+                        raise _too_large(remote, data_dir, f"{total} bytes announced")
                     report(0, total)
                     while True:
                         chunk = response.read(CHUNK_BYTES)
@@ -60,6 +68,8 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
                         output.write(chunk)
                         hasher.update(chunk)
                         received += len(chunk)
+                        if received > remote.max_bytes:  # a server that sends more than it announced
+                            raise _too_large(remote, data_dir, f"{received} bytes received so far")
                         report(received, total)
             except (OSError, http.client.HTTPException, ValueError) as error:
                 # URLError and HTTPError are OSErrors; a bad URL is a ValueError.
@@ -67,10 +77,11 @@ def _download(remote: RemoteFile, data_dir: pathlib.Path, target: pathlib.Path,
         if total is not None and received != total:
             raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} was cut short "
                             f"({received} of {total} bytes); run again to retry, or put the file in {data_dir}")
-        got = hasher.hexdigest()
-        if got != remote.digest.lower():
+        mismatch = hasher.mismatch()
+        if mismatch:
+            algorithm, expected, got = mismatch
             raise DataError(f"{remote.name}: the download of {remote.filename} from {remote.url} is corrupt "
-                            f"({remote.algorithm} expected {remote.digest}, got {got}); run again to retry, "
+                            f"({algorithm} expected {expected}, got {got}); run again to retry, "
                             f"or put a good copy in {data_dir}")
         make_shareable(temp_path)
         os.replace(temp_path, target)

@@ -11,6 +11,10 @@ from .checksum import VerifyingReader
 from .errors import DataError, describe
 from .published import RemoteFile
 
+# The most bytes of one member: a wanted member is read whole into memory. A CIFAR-10 batch (10,000
+# images and their pickle) is about 31 MB.
+LONGEST_MEMBER = 64 << 20
+
 
 def read_tar_members(remote: RemoteFile, archive: pathlib.Path, wanted: set) -> dict:
     """One streaming pass over the archive: validate every member, keep the bytes of the wanted ones,
@@ -44,7 +48,8 @@ def _normalised_member_name(name: str) -> str:
 
 
 def _check_member_is_safe(remote: RemoteFile, archive: pathlib.Path, member: tarfile.TarInfo) -> None:
-    """Refuse anything that could escape a folder or is not a plain file or folder."""
+    """Refuse anything that could escape a folder, is not a plain file or folder, or is larger than
+    LONGEST_MEMBER (before any of its bytes are read)."""
     name = member.name
     parts = name.replace("\\", "/").split("/")
     problem = None
@@ -58,6 +63,10 @@ def _check_member_is_safe(remote: RemoteFile, archive: pathlib.Path, member: tar
         problem = "device or pipe"
     elif not (member.isfile() or member.isdir()):
         problem = "not a regular file or folder"
+    elif member.size > LONGEST_MEMBER:
+        raise DataError(f"{remote.name}: archive member {name!r} is larger than {LONGEST_MEMBER} bytes "
+                        f"({member.size}) in {archive}; refusing to read it: delete the file and download "
+                        f"the original archive")
     if problem:
         raise DataError(f"{remote.name}: unsafe archive member {name!r} ({problem}) in {archive}; "
                         f"refusing to read it: delete the file and download the original archive")
