@@ -114,3 +114,134 @@ def test_hostile_matrix_files_through_the_command_line(tmp_path):
     for name, (code, err) in run_all(cases, tmp_path).items():
         line = assert_refused_in_one_line(code, err, name)
         assert len(line) <= hostile.LONGEST_MESSAGE + 200, f"{name}: {len(line)} characters"
+
+
+# --- run.json of a results folder resumed or forced (orchestrator/run_folder.py) ----------------------
+
+VALID_RUN = {"invocations": [
+    {"started_at": "2026-01-02T03:04:05+00:00", "mode": "benchmark", "backend": "local", "git_revision": "0" * 40,
+     "host": "bench", "platform": "Linux-6.1-x86_64", "cpu_count": 16,
+     "gpus": [{"name": "NVIDIA H100", "memory_mb": 81559, "driver": "550.54"}], "cells": 4,
+     "matrix": "matrix.toml", "profile": "smoke", "data": "synthetic", "repeat": 2, "init": "canonical", "seed": 7,
+     "options": {"pytorch": {"channels_last": ["off", "on"]}}, "argv": ["run-matrix", "--repeat", "2"],
+     "not_applicable": [{"framework": "onnxruntime", "workload": "cnn", "variants": ["cpu"], "reason": "inference"}],
+     "order": ["pytorch__cpu__cnn__fp32__smoke__synthetic__r0"]},
+    {"started_at": "2026-01-02T04:00:00+00:00", "mode": "benchmark", "backend": "local", "seed": 11, "order": []},
+]}
+
+
+class _Backend:
+    name = "local"
+
+
+def read_run(folder: Path) -> dict:
+    """What a resumed or forced run does with run.json before any cell runs: the order seed, the
+    folder's mode (for --resume without a folder), one more invocation appended."""
+    from unittest import mock
+
+    from orchestrator import host, run_folder, runner
+    from orchestrator.commands.run_matrix import recorded_seed
+
+    record = run_folder.read_run_record(folder)
+    assert isinstance(record, dict) and isinstance(record["invocations"], list)
+    assert all(isinstance(invocation, dict) for invocation in record["invocations"])
+    assert run_folder.run_mode(folder) in (run_folder.MODE_BENCHMARK, run_folder.MODE_PARITY)
+    seed = recorded_seed(folder)
+    assert seed is None or (type(seed) is int and 0 <= seed < 2 ** 32)
+    with mock.patch.object(host, "gpu_facts", return_value=[]):
+        runner._write_run_metadata(folder, _Backend(), [], None, {"seed": 3}, order=[])
+    assert len(run_folder.read_run_record(folder)["invocations"]) == len(record["invocations"]) + 1
+    return record
+
+
+def test_the_valid_run_record_is_accepted(tmp_path):
+    from orchestrator import run_folder
+    from orchestrator.commands.run_matrix import recorded_seed
+
+    (tmp_path / "run.json").write_text(json.dumps(VALID_RUN))
+    assert run_folder.read_run_record(tmp_path) == VALID_RUN
+    assert recorded_seed(tmp_path) == 11 and run_folder.run_mode(tmp_path) == run_folder.MODE_BENCHMARK
+    assert read_run(tmp_path) == VALID_RUN
+    assert run_folder.read_run_record(tmp_path / "nothing-here") == {"invocations": []}  # a fresh folder
+
+
+@HOSTILE
+@given(data=hostile.hostile_document(VALID_RUN))
+def test_any_run_record_is_read_or_refused_in_one_line_by_every_reader(scratch, data):
+    """A refused run.json is refused by each of its readers alike, and left as it was: a resumed
+    or forced run never silently drops the history it holds."""
+    from orchestrator import host, run_folder, runner
+    from orchestrator.commands.run_matrix import recorded_seed
+    from unittest import mock
+
+    folder = scratch / "run"
+    folder.mkdir(exist_ok=True)
+    (folder / "run.json").write_bytes(data)
+    try:
+        read_run(folder)
+        return
+    except UserError as error:
+        assert_one_line(str(error), "run.json")
+    (folder / "run.json").write_bytes(data)
+    for reader in (run_folder.read_run_record, run_folder.run_mode, recorded_seed):
+        with pytest.raises(UserError) as refused:
+            reader(folder)
+        assert_one_line(str(refused.value), reader.__name__)
+    with mock.patch.object(host, "gpu_facts", return_value=[]), pytest.raises(UserError):
+        runner._write_run_metadata(folder, _Backend(), [], None, {}, order=[])
+    assert (folder / "run.json").read_bytes() == data
+
+
+@pytest.mark.parametrize("plant, expected", [
+    (lambda path: path.write_text(json.dumps(VALID_RUN) + " " * (16 << 20)), "larger than"),
+    (lambda path: os.mkfifo(path), "not a regular file"),
+    (lambda path: path.symlink_to(path.parent / "elsewhere.json"), "symbolic link"),
+    (lambda path: path.mkdir(), "is a folder where the run writes a file"),
+    (lambda path: path.write_text('{"invocations": [{"seed": NaN}]}'), "NaN"),
+    (lambda path: path.write_text('{"invocations": [{"started_at": 1e999}]}'), "out of range"),
+    (lambda path: path.write_text('{"invocations": [{"cpu_count": Infinity}]}'), "Infinity"),
+    (lambda path: path.write_text('{"invocations": [' + "[" * 40 + "]" * 40 + "]}"), "nested"),
+])
+def test_a_run_record_that_is_no_file_or_no_json_is_refused(tmp_path, plant, expected):
+    from orchestrator import run_folder
+
+    (tmp_path / "elsewhere.json").write_text(json.dumps(VALID_RUN))
+    plant(tmp_path / "run.json")
+    with pytest.raises(UserError, match=expected) as refused:
+        run_folder.read_run_record(tmp_path)
+    assert_one_line(str(refused.value))
+
+
+def _fake_interpreter(folder: Path) -> str:
+    """Stands in for a framework's Python: every cell it is given fails at once."""
+    script = folder / "fake-python"
+    script.write_text("#!/bin/sh\nexit 1\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+RUN_CASES = {
+    "a list": b"[]",
+    "invocations a string": b'{"invocations": "abc"}',
+    "not UTF-8": b'{"invocations": [{"seed": 1, "host": "\xff"}]}',
+    "a NaN seed": b'{"invocations": [{"seed": NaN}]}',
+    "nested 5000 deep": b'{"invocations": [' + b"[" * 5000 + b"]" * 5000 + b"]}",
+    "a seed of the wrong type": b'{"invocations": [{"seed": "7"}]}',
+}
+
+
+@pytest.mark.parametrize("how", ["--resume", "--force"])
+def test_hostile_run_records_through_the_command_line(tmp_path, how):
+    python = _fake_interpreter(tmp_path)
+    cases = {}
+    for name, data in RUN_CASES.items():
+        folder = tmp_path / f"run{len(cases)}"
+        folder.mkdir()
+        (folder / "run.json").write_bytes(data)
+        cases[name] = ["run-matrix", "--backend", "local", "--python", python, "--frameworks", "pytorch",
+                       "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
+                       "--data-dir", str(tmp_path / "data"), "--results-dir", str(folder), "--no-report", how]
+    for position, (name, (code, err)) in enumerate(run_all(cases, tmp_path).items()):
+        line = assert_refused_in_one_line(code, err, name)
+        assert "run.json" in line, line
+        assert (tmp_path / f"run{position}" / "run.json").read_bytes() == RUN_CASES[name], f"{name}: rewritten"
