@@ -11,6 +11,7 @@ framework.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import tomllib
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from orchestrator.frameworks import PROJECT_ROOT, Framework
-from workloads.common import options as framework_options
+from workloads.common import options as framework_options, safe_files
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES, WORKLOADS
 from workloads.common.result import CANONICAL_INIT, INITS, Cell
 
@@ -36,6 +37,12 @@ MAX_REPEAT = 100
 DEFAULT_REPEATS = {"full": 3, "smoke": 1}
 # The most cells one framework's option lists may expand to (xla = ["off", "on"] is 2).
 MAX_OPTION_COMBINATIONS = 64
+# A matrix file is a page of names: a megabyte is far past any real one, and bounds what a damaged
+# or hostile file costs to read (docs/RUN-GUARANTEES.md, the trust model). So do the longest GPU
+# model name and the longest value a message quotes.
+LONGEST_MATRIX_FILE = 1 << 20
+LONGEST_GPU_MODEL = 64
+QUOTED = 60
 
 # What a TOML value is called in messages, by its Python type (tomllib's mapping).
 _TOML_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true/false", list: "a list",
@@ -46,10 +53,29 @@ def _toml_type(value) -> str:
     return next((name for kind, name in _TOML_TYPES.items() if type(value) is kind), "a date or time")
 
 
+def _quoted(value) -> str:
+    """A value as a message quotes it: its repr (no line break survives one), cut to QUOTED characters;
+    a long list or table is not rendered whole first."""
+    if isinstance(value, (list, dict)) and len(value) > QUOTED:
+        return f"{_toml_type(value)} of {len(value)} items"
+    text = repr(value[:QUOTED + 1] if isinstance(value, str) else value)
+    return text if len(text) <= QUOTED else text[:QUOTED] + "..."
+
+
+def _first_repeated(items: list):
+    """The first item given a second time, or None (a set: a long list costs no quadratic time)."""
+    seen = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
 def _expect(value, kind: type, expected: str, where: str, key: str):
     """The value when it has the TOML type the key needs; else one line naming file, key and type."""
     if type(value) is not kind:  # type(), not isinstance: true/false is no integer here
-        raise UserError(f"{where}: {key} must be {expected}, not {_toml_type(value)} ({value!r:.60})")
+        raise UserError(f"{where}: {key} must be {expected}, not {_toml_type(value)} ({_quoted(value)})")
     return value
 
 
@@ -136,7 +162,7 @@ class Matrix:
 def _check_keys(table: dict, valid: tuple[str, ...], where: str) -> None:
     for key in table:
         if key not in valid:
-            raise UserError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+            raise UserError(f"{where}: unknown key {_quoted(key)}; valid keys: {', '.join(valid)}")
 
 
 def check_names(names, valid, what: str, where: str) -> list[str]:
@@ -153,21 +179,21 @@ def check_names(names, valid, what: str, where: str) -> list[str]:
     for name in names:
         if not isinstance(name, str):
             raise UserError(f"{where}: each of {what} must be a string (a name), not {_toml_type(name)} "
-                            f"({name!r:.60}); choose from {', '.join(valid)}")
+                            f"({_quoted(name)}); choose from {', '.join(valid)}")
         if name not in valid:
-            raise UserError(f"{where}: unknown {singular} {name!r}; choose from {', '.join(valid)}")
-    repeated = [name for position, name in enumerate(names) if name in names[:position]]
-    if repeated:
-        raise UserError(f"{where}: {singular} {repeated[0]!r} is given twice in {what}; name each once")
+            raise UserError(f"{where}: unknown {singular} {_quoted(name)}; choose from {', '.join(valid)}")
+    repeated = _first_repeated(names)
+    if repeated is not None:
+        raise UserError(f"{where}: {singular} {repeated!r} is given twice in {what}; name each once")
     return list(names)
 
 
 def _check_choice(value, valid, what: str, where: str) -> str:
     if not isinstance(value, str):
-        raise UserError(f"{where}: {what} must be a string, not {_toml_type(value)} ({value!r:.60}); "
+        raise UserError(f"{where}: {what} must be a string, not {_toml_type(value)} ({_quoted(value)}); "
                         f"choose from {', '.join(valid)}")
     if value not in valid:
-        raise UserError(f"{where}: unknown {what} {value!r}; choose from {', '.join(valid)}")
+        raise UserError(f"{where}: unknown {what} {_quoted(value)}; choose from {', '.join(valid)}")
     return value
 
 
@@ -180,21 +206,23 @@ def _check_options(table, framework: str, where: str) -> dict[str, list[str]]:
             f'{{ {example.name} = {list(example.values)!r} }}'.replace("'", '"') if example
             else f"{framework} declares no option (workloads/common/options.py)")
     if not isinstance(table, dict):
-        raise UserError(f"{where}: options must be a table, {hint}; not {_toml_type(table)} ({table!r:.60})")
+        raise UserError(f"{where}: options must be a table, {hint}; not {_toml_type(table)} ({_quoted(table)})")
     chosen = {}
     for name, value in table.items():
+        if name not in declared:  # checked here, so that no message quotes a hostile name whole
+            raise UserError(f"{where}: {framework} has no option {_quoted(name)} (its options: "
+                            f"{', '.join(declared) or 'none'})")
         values = [value] if isinstance(value, str) else value
         if not isinstance(values, list) or not values or not all(isinstance(item, str) for item in values):
             raise UserError(f"{where}: options.{name} must be a value or a non-empty list of values (strings), "
-                            f"not {_toml_type(value)} ({value!r:.60}); {hint}")
-        repeated = [item for position, item in enumerate(values) if item in values[:position]]
-        if repeated:
-            raise UserError(f"{where}: options.{name} gives {repeated[0]!r} twice; name each value once")
+                            f"not {_toml_type(value)} ({_quoted(value)}); {hint}")
+        repeated = _first_repeated(values)
+        if repeated is not None:
+            raise UserError(f"{where}: options.{name} gives {_quoted(repeated)} twice; name each value once")
         for item in values:
-            try:
-                framework_options.check(framework, {name: item})
-            except framework_options.OptionError as error:
-                raise UserError(f"{where}: {error}") from None
+            if item not in declared[name].values:
+                raise UserError(f"{where}: option {name}={_quoted(item)} for {framework}: choose from "
+                                f"{', '.join(declared[name].values)}")
         chosen[name] = list(values)
     combinations = 1
     for values in chosen.values():
@@ -209,7 +237,13 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise UserError(f"{source}: not valid TOML ({error}); fix the file or pass --matrix") from error
+        reason = (str(error).splitlines() or ["no reason given"])[0][:200]
+        raise UserError(f"{source}: not valid TOML ({reason}); fix the file or pass --matrix") from None
+    except ValueError as error:  # a TOML integer of thousands of digits, past Python's limit
+        raise UserError(f"{source}: not valid TOML ({str(error)[:120]}); fix the file or pass --matrix") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise UserError(f"{source}: values nested too deeply to be a matrix file; fix the file or pass --matrix") \
+            from None
     _check_keys(document, _TOP_KEYS, source)
     defaults = _expect(document.get("defaults", {}), dict, "a table ([defaults])", source, "defaults")
     _check_keys(defaults, _DEFAULT_KEYS, f"{source} [defaults]")
@@ -254,22 +288,28 @@ def _check_accelerator_types(value, framework: Framework, where: str) -> dict[st
     table = _expect(value, dict, f"a table of CUDA variant = GPU model, e.g. {example}", where, "accelerator_types")
     for variant, model in table.items():
         if variant not in cuda:
-            raise UserError(f"{where}: accelerator_types names {variant!r}, not a CUDA variant of {framework.name}; "
+            raise UserError(f"{where}: accelerator_types names {_quoted(variant)}, not a CUDA variant of "
+                            f"{framework.name}; "
                             f"choose from {', '.join(cuda) or 'none (it has no CUDA variant)'}")
         _expect(model, str, 'a GPU model name, e.g. "H100"', where, f"accelerator_types.{variant}")
-        if not model.strip():
-            raise UserError(f"{where}: accelerator_types.{variant} is empty; name a GPU model, e.g. \"H100\"")
+        if not model.strip() or len(model) > LONGEST_GPU_MODEL or not model.isprintable():
+            raise UserError(f"{where}: accelerator_types.{variant} is {_quoted(model)}; name a GPU model (at most "
+                            f"{LONGEST_GPU_MODEL} printable characters), e.g. \"H100\"")
     return dict(table)
 
 
 def load(path: Path | None, frameworks: dict[str, Framework]) -> Matrix:
     path = Path(path) if path else DEFAULT_MATRIX
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"matrix file {path} not found; pass --matrix FILE (the default is {DEFAULT_MATRIX.name})")
-    try:
-        data = path.read_bytes()
+    try:  # the user's own file, so a link to it is followed; but bounded, and never a FIFO or a device
+        data = safe_files.read_bytes_bounded(os.path.realpath(path), LONGEST_MATRIX_FILE)
+    except safe_files.UnsafePath:
+        what = f"larger than {LONGEST_MATRIX_FILE} bytes" if path.is_file() else "not a regular file"
+        raise UserError(f"matrix file {path}: {what}; pass --matrix FILE, a matrix file") from None
     except OSError as error:
-        raise UserError(f"matrix file {path}: cannot be read ({error.strerror}); check its permissions") from error
+        raise UserError(f"matrix file {path}: cannot be read ({error.strerror or error}); check its permissions") \
+            from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -291,13 +331,14 @@ def parse_option_arguments(given: list[str] | None) -> dict[str, list[str]]:
         name, equals, value = (part.strip() for part in text.partition("="))
         values = [item.strip() for item in value.split(",") if item.strip()]
         if not equals or not name or not values:
-            raise UserError(f"--option {text!r}: give NAME=VALUE, e.g. --option xla=on (or xla=off,on for one cell "
-                            f"per value); options: {', '.join(framework_options.every_name())}")
+            raise UserError(f"--option {_quoted(text)}: give NAME=VALUE, e.g. --option xla=on (or xla=off,on for "
+                            f"one cell per value); options: {', '.join(framework_options.every_name())}")
         if name in chosen:
             raise UserError(f"--option {name} is given twice; give it once (xla=off,on runs both values)")
-        repeated = [item for position, item in enumerate(values) if item in values[:position]]
-        if repeated:
-            raise UserError(f"--option {name}: value {repeated[0]!r} is given twice; name each value once")
+        repeated = _first_repeated(values)
+        if repeated is not None:
+            raise UserError(f"--option {name[:QUOTED]}: value {_quoted(repeated)} is given twice; name each "
+                            "value once")
         chosen[name] = values
     return chosen
 

@@ -18,6 +18,7 @@ import datetime
 import errno
 import fcntl
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -39,6 +40,12 @@ CELLS_CSV = "cells.csv"                         # `export`'s default file
 FILES = ("run.json", "report.md", "report.html", CODE_PAGE, "parity.md", "parity.json", "onnx-export.json",
          *COMPARE_PAGES, CELLS_CSV, LOCK_FILE)
 MODE_BENCHMARK, MODE_PARITY = "benchmark", "parity"
+RUN_RECORD = "run.json"
+# run.json may come from elsewhere (a folder copied from another machine) like the cells: read
+# bounded, nesting capped (an invocation nests five levels), every field the host reads back typed.
+LONGEST_RUN_RECORD = 16 << 20  # bytes
+DEEPEST_RUN_RECORD = 32  # levels of lists and objects
+LARGEST_SEED = 2 ** 32 - 1  # matrix.new_seed's range
 
 
 def new_results_dir(root: Path = RESULTS_ROOT, prefix: str = "") -> Path:
@@ -61,22 +68,100 @@ def new_results_dir(root: Path = RESULTS_ROOT, prefix: str = "") -> Path:
     raise UserError(f"{root}/: 999 run folders named {name}; pass --results-dir DIR")
 
 
-def run_mode(folder: Path) -> str:
-    """benchmark or parity: what run.json's last invocation says, else what the name says."""
-    mode = None
+def read_run_record(folder: Path) -> dict:
+    """`folder`'s run.json, {"invocations": [object, ...]} ({"invocations": []} when it has none),
+    each invocation's `mode` and `seed`, where given, of their type and range. Anything else is
+    refused in one UserError line, never read past LONGEST_RUN_RECORD bytes, through a link, from
+    a FIFO, nor with NaN or Infinity: the one reader of run.json for every command that resumes
+    or adds to a run (docs/RUN-GUARANTEES.md, the trust model), so that none drops its history."""
+    path = Path(folder) / RUN_RECORD
+    fix = "move it away (it holds the run's history) or pass another --results-dir"
     try:
-        invocations = json.loads((folder / "run.json").read_text()).get("invocations") or []
-        mode = invocations[-1].get("mode") if isinstance(invocations[-1], dict) else None
-    except (OSError, ValueError, AttributeError, IndexError):
-        pass
-    if folder.name.startswith(PARITY_PREFIX) or mode == MODE_PARITY:
+        data = safe_files.read_bytes_bounded(path, LONGEST_RUN_RECORD)
+    except (FileNotFoundError, NotADirectoryError):  # no run here yet (claim() refuses a folder that is a file)
+        return {"invocations": []}
+    except safe_files.UnsafePath as error:
+        if os.path.isdir(path) and not os.path.islink(path):  # as check_kinds says it
+            raise UserError(f"{path} is a folder where the run writes a file; {fix}") from None
+        raise UserError(f"{error}; {fix}") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot be read ({error.strerror or error}); {fix}") from None
+    try:
+        record = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite)
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text (byte {error.start}); {fix}") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply; {fix}") from None
+    except ValueError as error:  # not JSON, NaN or Infinity, an integer of thousands of digits
+        raise UserError(f"{path}: not valid JSON ({str(error).splitlines()[0][:120]}); {fix}") from None
+    problem = _run_record_problem(record)
+    if problem:
+        raise UserError(f"{path}: {problem}; {fix}")
+    return record
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is no number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: JSON's own syntax, but no number run.json can be rewritten with
+        raise ValueError(f"{text[:20]} is out of range")
+    return value
+
+
+def _run_record_problem(record) -> str | None:
+    if not isinstance(record, dict):
+        return f"not a run record (a JSON object), but {_json_type(record)}"
+    if _nesting(record) > DEEPEST_RUN_RECORD:
+        return f"JSON nested more than {DEEPEST_RUN_RECORD} levels deep"
+    invocations = record.get("invocations")
+    if not isinstance(invocations, list):
+        return f"its invocations are {_json_type(invocations)}, not a list"
+    for number, invocation in enumerate(invocations, 1):
+        if not isinstance(invocation, dict):
+            return f"invocation {number} is {_json_type(invocation)}, not an object"
+        if "mode" in invocation and invocation["mode"] not in (MODE_BENCHMARK, MODE_PARITY):
+            return (f"invocation {number}'s mode is {str(invocation['mode'])[:40]!r}, not {MODE_BENCHMARK} or "
+                    f"{MODE_PARITY}")
+        seed = invocation.get("seed", 0)
+        if type(seed) is not int or not 0 <= seed <= LARGEST_SEED:
+            return f"invocation {number}'s seed is {str(seed)[:40]!r}, not a whole number from 0 to {LARGEST_SEED}"
+    return None
+
+
+def _json_type(value) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _nesting(data) -> int:
+    """How deeply lists and objects nest in `data` (iteratively: no recursion limit to hit)."""
+    deepest, pending = 0, [(data, 0)]
+    while pending and deepest <= DEEPEST_RUN_RECORD:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            depth += 1
+            deepest = max(deepest, depth)
+            pending += [(item, depth) for item in (value.values() if isinstance(value, dict) else value)]
+    return deepest
+
+
+def run_mode(folder: Path) -> str:
+    """parity for a folder named parity-*, else what run.json's last invocation says (benchmark
+    without one); a run.json that cannot be read is refused (read_run_record)."""
+    if folder.name.startswith(PARITY_PREFIX):
         return MODE_PARITY
-    return MODE_BENCHMARK
+    invocations = read_run_record(folder)["invocations"]
+    return MODE_PARITY if invocations and invocations[-1].get("mode") == MODE_PARITY else MODE_BENCHMARK
 
 
 def latest_results_dir(root: Path = RESULTS_ROOT) -> Path:
     """The newest benchmark run under `root` (by its run.json), for `run-matrix --resume`.
-    Parity folders and linked run folders are not candidates."""
+    Parity folders and linked run folders are not candidates; one whose run.json cannot be read
+    is refused rather than passed over (the run it holds may be the one meant)."""
     runs = []
     for record in Path(root).glob("*/run.json"):
         folder = record.parent

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 import platform
 from dataclasses import dataclass, field
@@ -293,11 +292,5 @@ def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], 
               "mode": run_folder.MODE_BENCHMARK, "backend": backend.name, "git_revision": revision, "host": platform.node(),
               "platform": platform.platform(), "cpu_count": os.cpu_count(), "gpus": host.gpu_facts(),
               "cells": len(cells), **metadata, "order": [cell.key for cell in order]}
-    path = results_dir / "run.json"
-    history = []
-    if path.is_file():
-        try:
-            history = json.loads(path.read_text()).get("invocations", [])
-        except ValueError:
-            history = []
-    write_json_atomic(path, {"invocations": [*history, record]})
+    history = run_folder.read_run_record(results_dir)["invocations"]  # refused, never dropped, if unreadable
+    write_json_atomic(results_dir / run_folder.RUN_RECORD, {"invocations": [*history, record]})

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
 from orchestrator.errors import UserError
 from rich.markup import escape
-from workloads.common import data as datasets, safe_files
+from workloads.common import data as datasets
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
 from workloads.common.result import INITS
 
@@ -149,12 +148,9 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
 
 
 def recorded_seed(results_dir: Path) -> int | None:
-    """The order seed the latest invocation recorded in `results_dir`'s run.json, or None."""
-    try:
-        invocations = json.loads(safe_files.read_bytes_bounded(Path(results_dir) / "run.json", 16 << 20)
-                                 .decode("utf-8")).get("invocations", [])
-    except (OSError, ValueError, AttributeError):
-        return None
-    seeds = [item.get("seed") for item in invocations if isinstance(item, dict)] if isinstance(invocations, list) else []
-    seeds = [seed for seed in seeds if type(seed) is int and 0 <= seed < 2 ** 32]
+    """The order seed the latest invocation recorded in `results_dir`'s run.json, or None; a
+    run.json that cannot be read is refused in one line (run_folder.read_run_record)."""
+    from orchestrator import run_folder
+
+    seeds = [item["seed"] for item in run_folder.read_run_record(Path(results_dir))["invocations"] if "seed" in item]
     return seeds[-1] if seeds else None
