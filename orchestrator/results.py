@@ -16,7 +16,9 @@ import pandas as pd
 
 from orchestrator.errors import UserError
 from workloads.common import declaration, options as framework_options, safe_files
-from workloads.common.result import READABLE_SCHEMA_VERSIONS, STATUSES, Cell, Metrics, Provenance, Result, Samples, SchemaError
+from workloads.common.cell import unsafe_name_problem
+from workloads.common.result import (READABLE_SCHEMA_VERSIONS, STATUSES, Cell, Metrics, Provenance, Result, Samples,
+                                     SchemaError, json_kind, nesting_depth)
 
 CELLS_FOLDER = "cells"
 
@@ -69,9 +71,12 @@ class LoadedResults:
 
 
 def cell_path(results_dir: str | os.PathLike, cell: Cell) -> Path:
-    """Where one cell's (and one repeat's) result is stored. The key is checked to be one plain
-    file name (safe_files.safe_name): a cell never names a path (docs/RUN-GUARANTEES.md, the trust
-    model). Raises UnsafePath otherwise."""
+    """Where one cell's (and one repeat's) result is stored. Every name in the cell is checked
+    by the workloads' own rule (cell.unsafe_name_problem), so its key is one plain file name: a
+    cell never names a path (docs/RUN-GUARANTEES.md, the trust model). Raises UnsafePath otherwise."""
+    problem = unsafe_name_problem(cell)
+    if problem:
+        raise safe_files.UnsafePath(f"{problem}; it is not a plain file name")
     return Path(results_dir) / CELLS_FOLDER / f"{safe_files.safe_name(cell.key)}.json"
 
 
@@ -102,9 +107,8 @@ def adopt(cell: Cell, result: Result) -> Result:
     names another cell, or says ok without what an ok result carries, is that cell failed, with
     why (docs/RUN-GUARANTEES.md, the trust model)."""
     if result.cell != cell:
-        claimed = result.cell.key if isinstance(result.cell, Cell) else result.cell
         return Result(cell=cell, status="failed",
-                      reason=f"its result names another cell ({str(claimed)[:200]!r}); refused")
+                      reason=f"its result names another cell ({result.cell.key[:200]!r}); refused")
     problem = ok_result_problem(result)
     if problem:
         return Result(cell=cell, status="failed", reason=f"its result is refused: {problem}")
@@ -197,7 +201,7 @@ def _parse_cell_bytes(content: bytes, name: str) -> Result:
         raise SchemaError(f"{name}: JSON nested too deeply") from error
     except ValueError as error:  # not JSON, or an integer of thousands of digits
         raise SchemaError(f"{name}: not valid JSON ({str(error)[:120]})") from error
-    if _nesting(data) > DEEPEST_NESTING:
+    if nesting_depth(data, DEEPEST_NESTING) > DEEPEST_NESTING:
         raise SchemaError(f"{name}: JSON nested more than {DEEPEST_NESTING} levels deep")
     # Version 1 lacks only fields that have defaults now: its fields are checked the same way.
     if isinstance(data, dict) and data.get("schema_version") in READABLE_SCHEMA_VERSIONS:
@@ -214,27 +218,6 @@ def _parse_cell_bytes(content: bytes, name: str) -> Result:
     return result
 
 
-def _nesting(data) -> int:
-    """How deeply lists and objects nest in `data` (iteratively: no recursion limit to hit)."""
-    deepest, pending = 0, [(data, 0)]
-    while pending:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > DEEPEST_NESTING:
-                break
-            pending += [(item, depth) for item in (value.values() if isinstance(value, dict) else value)]
-    return deepest
-
-
-def _json_kind(value) -> str:
-    if value is None:
-        return "null"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
-
-
 def _type_problem(hint, value, where: str) -> str | None:
     """What is wrong with `value` as a `hint` (the result dataclasses' type hints), or None."""
     origin, arguments = typing.get_origin(hint), typing.get_args(hint)
@@ -248,7 +231,7 @@ def _type_problem(hint, value, where: str) -> str | None:
         return _type_problem(inner, value, where)
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
-            return f"{name} must be an object, not {_json_kind(value)}"
+            return f"{name} must be an object, not {json_kind(value)}"
         hints = typing.get_type_hints(hint)
         for field in dataclasses.fields(hint):
             if field.name in value:
@@ -258,28 +241,28 @@ def _type_problem(hint, value, where: str) -> str | None:
         return None
     if origin is list:
         if not isinstance(value, list):
-            return f"{name} must be a list, not {_json_kind(value)}"
+            return f"{name} must be a list, not {json_kind(value)}"
         return next(filter(None, (_type_problem(arguments[0], item, f"{where}[{index}]")
                                   for index, item in enumerate(value))), None)
     if origin is dict:
         if not isinstance(value, dict):
-            return f"{name} must be an object, not {_json_kind(value)}"
+            return f"{name} must be an object, not {json_kind(value)}"
         return next(filter(None, (_type_problem(arguments[1], item, f"{where}.{key}")
                                   for key, item in value.items())), None)
     if hint is int:
         if type(value) is not int:
-            return f"{name} must be an integer, not {_json_kind(value)}"
+            return f"{name} must be an integer, not {json_kind(value)}"
         if abs(value) > LARGEST_INTEGER:
             return f"{name} is out of range ({len(str(abs(value)))} digits)"
         return None
     if hint is float:
         if type(value) not in (int, float):
-            return f"{name} must be a number, not {_json_kind(value)}"
+            return f"{name} must be a number, not {json_kind(value)}"
         if type(value) is int and abs(value) > LARGEST_INTEGER:
             return f"{name} is out of range ({len(str(abs(value)))} digits)"
         return None
     if hint in (str, bool) and type(value) is not hint:
-        return f"{name} must be {_json_kind(hint())}, not {_json_kind(value)}"
+        return f"{name} must be {json_kind(hint())}, not {json_kind(value)}"
     return None
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from workloads.common import safe_files
+from workloads.common.result import json_kind, nesting_depth
 
 RESULTS_ROOT = Path("results")
 PARITY_PREFIX = "parity-"
@@ -113,15 +114,15 @@ def _finite(text: str) -> float:
 
 def _run_record_problem(record) -> str | None:
     if not isinstance(record, dict):
-        return f"not a run record (a JSON object), but {_json_type(record)}"
-    if _nesting(record) > DEEPEST_RUN_RECORD:
+        return f"not a run record (a JSON object), but {json_kind(record)}"
+    if nesting_depth(record, DEEPEST_RUN_RECORD) > DEEPEST_RUN_RECORD:
         return f"JSON nested more than {DEEPEST_RUN_RECORD} levels deep"
     invocations = record.get("invocations")
     if not isinstance(invocations, list):
-        return f"its invocations are {_json_type(invocations)}, not a list"
+        return f"its invocations are {json_kind(invocations)}, not a list"
     for number, invocation in enumerate(invocations, 1):
         if not isinstance(invocation, dict):
-            return f"invocation {number} is {_json_type(invocation)}, not an object"
+            return f"invocation {number} is {json_kind(invocation)}, not an object"
         if "mode" in invocation and invocation["mode"] not in (MODE_BENCHMARK, MODE_PARITY):
             return (f"invocation {number}'s mode is {str(invocation['mode'])[:40]!r}, not {MODE_BENCHMARK} or "
                     f"{MODE_PARITY}")
@@ -129,24 +130,6 @@ def _run_record_problem(record) -> str | None:
         if type(seed) is not int or not 0 <= seed <= LARGEST_SEED:
             return f"invocation {number}'s seed is {str(seed)[:40]!r}, not a whole number from 0 to {LARGEST_SEED}"
     return None
-
-
-def _json_type(value) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", int: "a number",
-             float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _nesting(data) -> int:
-    """How deeply lists and objects nest in `data` (iteratively: no recursion limit to hit)."""
-    deepest, pending = 0, [(data, 0)]
-    while pending and deepest <= DEEPEST_RUN_RECORD:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            depth += 1
-            deepest = max(deepest, depth)
-            pending += [(item, depth) for item in (value.values() if isinstance(value, dict) else value)]
-    return deepest
 
 
 def run_mode(folder: Path) -> str:

@@ -20,10 +20,10 @@ from orchestrator import host, onnx_export, run_folder, telemetry
 from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
 from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
-from orchestrator import results
-from orchestrator.results import cell_path, read_cell_file
+from orchestrator.results import adopt, cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration, options as framework_options, safe_files
+from workloads.common.cell import unsafe_name_problem
 from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError, write_json_atomic
 
 
@@ -106,7 +106,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
         def finish(cell: Cell, result: Result) -> None:
             """File `result` under the cell the host asked for, whatever the result claims
             (docs/RUN-GUARANTEES.md, the trust model)."""
-            result = results.adopt(cell, result)
+            result = adopt(cell, result)
             result.provenance.backend = result.provenance.backend or backend.name
             result.provenance.git_revision = result.provenance.git_revision or revision
             if own_dispatch and result.energy is None and result.provenance.cluster:
@@ -215,18 +215,17 @@ def _finished(path: Path, cell: Cell) -> bool:
         result = read_cell_file(path)
     except (OSError, SchemaError):
         return False
-    return result.status == "ok" and results.adopt(cell, result) is result
+    return result.status == "ok" and adopt(cell, result) is result
 
 
 def _check_names(cells: list[Cell]) -> None:
-    """Every cell's key is one plain file name before anything is made of it (safe_files.safe_name):
-    a name from a matrix or a framework's metadata never names a path."""
+    """Every name in every cell follows the workloads' rule (cell.unsafe_name_problem) before
+    anything is made of it: a name from a matrix or a framework's metadata never names a path."""
     for cell in cells:
-        try:
-            safe_files.safe_name(cell.key)
-        except safe_files.UnsafePath as error:
-            raise UserError(f"cell {cell.framework[:80]!r}: its key {error}; rename the framework, variant "
-                            f"or option value") from None
+        problem = unsafe_name_problem(cell)
+        if problem:
+            raise UserError(f"cell {cell.framework[:80]!r}: {problem}; it is not a plain file name: rename "
+                            f"the framework, variant or option value")
 
 
 def _prefetch(cells: list[Cell], data_dir: Path, console: Console,

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator import frameworks as framework_registry, matrix as matrix_module, telemetry
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
-from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
+from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
 from rich.markup import escape
 from workloads.common import data as datasets
@@ -137,7 +137,6 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
                                          "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
     left_out_code = 0
     if render_report:
-        from orchestrator.commands._shared import left_out
         from orchestrator.commands.report import render
 
         left_out_code = left_out(render(results_dir).unreadable)

@@ -197,15 +197,15 @@ def read_bytes_bounded(path: PathLike, limit: int) -> bytes:
         os.close(handle)
 
 
-# What a name the host joins into a path may hold: letters, digits and ``_.+=-``, never ``..``
+# What a name the host joins into a path may hold: letters, digits and ``_.+-``, never ``..``
 # alone, at most 200 characters. A cell's key (framework, variant, options...) is such a name; a
 # cell that claims another is refused before any path is made of it.
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.+=-]{1,200}")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,200}")
 
 
 def safe_name(name: str) -> str:
     """`name` itself when it is one plain file name (see _SAFE_NAME), else UnsafePath."""
     if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
-        raise UnsafePath("{!r} is not a plain file name (letters, digits and _.+=- only, at most 200 "
+        raise UnsafePath("{!r} is not a plain file name (letters, digits and _.+- only, at most 200 "
                          "characters)".format(str(name)[:80]))
     return name
