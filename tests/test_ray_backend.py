@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import default_signal_dispositions
+from records import OK_RESULT_IMPORTS, ok_result_source
 from orchestrator import frameworks
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
@@ -157,7 +158,7 @@ def fake_interpreter(folder: Path) -> str:
         import os, socket, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from workloads.common.cell import CellRequest
-        from workloads.common.result import Result
+        {OK_RESULT_IMPORTS.strip()}
         request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
         cell = request.cell
         marker = os.path.join({str(folder)!r}, "sleep-" + cell.workload)
@@ -167,7 +168,7 @@ def fake_interpreter(folder: Path) -> str:
         began = time.time()
         time.sleep(0.3)
         print("cell", cell.key, "ran")
-        result = Result(cell=cell)
+        result = {ok_result_source('cell')}
         result.provenance.hostname = socket.gethostname()
         result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
                                           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "-"),
