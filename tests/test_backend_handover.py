@@ -88,7 +88,9 @@ class FakeImage:
     def __init__(self, labels: dict | None):
         self.id = "sha256:" + "ab" * 32
         self.labels = labels
-        self.attrs = {"RepoDigests": [], "Config": {"Labels": labels}}
+        # the exec-form ENTRYPOINT images/Dockerfile.j2 writes, which the cell's deadline wraps
+        self.attrs = {"RepoDigests": [], "Config": {"Labels": labels,
+                                                    "Entrypoint": ["/opt/venv/bin/python", "-m", "workloads"]}}
 
 
 class FakeContainer:
@@ -136,7 +138,12 @@ class FakeClient:
                 client.created.append(FakeContainer(command, options))
                 return client.created[-1]
 
-        self.images, self.containers = Images(), Containers()
+        class Api:
+            def remove_container(self, name, force=False):
+                client.removed.append(name)
+
+        self.removed: list[str] = []
+        self.images, self.containers, self.api = Images(), Containers(), Api()
 
     def info(self):
         return {"Name": "engine-host", "Runtimes": {}}
