@@ -2,7 +2,8 @@
 
 Each command is a module in orchestrator/commands/ (its arguments, and a plain function that does
 the work); this file only builds the parser from them and dispatches. Expected failures raise
-UserError, caught once in `main`: one line naming the fix, exit 2.
+UserError (orchestrator/errors.py), caught once in `main`: one line naming the fix, and the
+error's own exit code (2; 130 for an interrupted run, 1 for a lost cluster).
 """
 from __future__ import annotations
 
@@ -47,13 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     try:
         return args.run(args)
-    except UserError as error:
-        from orchestrator.runner import Interrupted
-
+    except UserError as error:  # Interrupted and ClusterLost too: each says its own exit code
         if args.verbose:
             traceback.print_exc()
         console.print(f"[red]error:[/red] {escape(str(error))}")
-        return EXIT_INTERRUPTED if isinstance(error, Interrupted) else EXIT_USER_ERROR
+        return error.exit_code
     except KeyboardInterrupt:
         console.print("interrupted")
         return EXIT_INTERRUPTED

@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from orchestrator.errors import first_line
 from workloads.common import canonical
 from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result, write_json_atomic
@@ -162,7 +163,7 @@ def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results
         if backend.name == "docker":  # an image keeps its tag when its requirements or workloads change
             hint = (f"if PyTorch's image predates ONNX export (onnx, onnxscript, --export-onnx), rebuild it: "
                     f"`python -m orchestrator build {EXPORTER} --variant {variant.name}`; ")
-        return None, (f"no ONNX model: exporting it in {where} {result.status} ({_first_line(result.reason)}); "
+        return None, (f"no ONNX model: exporting it in {where} {result.status} ({first_line(result.reason) or 'no reason recorded'}); "
                       f"{hint}log: {log_path}")
     record = valid_export(incoming)
     if record is None:
@@ -188,8 +189,3 @@ def _exported_by(result: Result) -> str:
     provenance = result.provenance
     where = provenance.image_digest or provenance.image_id or provenance.interpreter or "?"
     return f"{provenance.backend} backend, {where}"
-
-
-def _first_line(text: str | None) -> str:
-    lines = (text or "no reason recorded").strip().splitlines()
-    return lines[0] if lines else "no reason recorded"

@@ -18,22 +18,13 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 
 from orchestrator import host, onnx_export, run_folder, telemetry
 from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
-from orchestrator.errors import UserError
+from orchestrator.errors import ClusterLost, Interrupted, UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import adopt, cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration, options as framework_options, safe_files
 from workloads.common.cell import unsafe_name_problem
 from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError, write_json_atomic
-
-
-class Interrupted(UserError):
-    pass
-
-
-class ClusterLost(UserError):
-    """The cluster a dispatching backend ran cells on stopped answering: the run ends (exit 1),
-    the finished cells kept."""
 
 
 @dataclass

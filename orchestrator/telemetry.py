@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from orchestrator.errors import first_line
 from workloads.common.result import DeviceEnergy, Energy, Result
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
@@ -98,7 +99,7 @@ class Rapl:
                 raise Unmeasurable(f"{energy} is not readable by this user (root only since Linux 5.10, "
                                    f"CVE-2020-8694); run as root or make it readable to measure CPU energy") from None
             except (OSError, ValueError) as error:
-                raise Unmeasurable(f"{energy} cannot be read ({_one_line(error)})") from None
+                raise Unmeasurable(f"{energy} cannot be read ({first_line(error, 200)})") from None
             self.zones.append(_Zone(label, energy, wrap_uj / 1e6, last_uj=first))
 
     @property
@@ -138,7 +139,7 @@ def load_nvml(module=None):
     try:
         module.nvmlInit()
     except Exception as error:  # noqa: BLE001 - pynvml.NVMLError and its subclasses: no driver or library
-        raise Unmeasurable(f"NVML did not start ({_one_line(error)}): no NVIDIA driver answers on this host") from None
+        raise Unmeasurable(f"NVML did not start ({first_line(error, 200)}): no NVIDIA driver answers on this host") from None
     return module
 
 
@@ -170,7 +171,7 @@ class NvmlGpus:
                 handle = (nvml.nvmlDeviceGetHandleByIndex(int(identifier)) if identifier.isdigit()
                           else nvml.nvmlDeviceGetHandleByUUID(identifier))
             except Exception as error:  # noqa: BLE001 - NVMLError: no such GPU, a MIG instance, ...
-                raise Unmeasurable(f"NVML cannot open GPU {identifier} ({_one_line(error)})") from None
+                raise Unmeasurable(f"NVML cannot open GPU {identifier} ({first_line(error, 200)})") from None
             self.handles.append(handle)
             name = _call(lambda: nvml.nvmlDeviceGetName(handle))
             self.names.append(f"{identifier}: {_text(name)}" if name is not None else identifier)
@@ -241,11 +242,6 @@ def _number(value) -> float | None:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
 
 
 # --- one cell -----------------------------------------------------------------------------------
@@ -322,7 +318,7 @@ class CellMeter:
                 try:
                     self.cpu_series.add(now, self.rapl.read_j())
                 except (OSError, ValueError) as error:  # a counter gone midway
-                    self._failure["cpu"] = _one_line(error)
+                    self._failure["cpu"] = first_line(error, 200)
             return now
 
     def _add_gpu(self, reading: _GpuReading) -> None:

@@ -11,7 +11,6 @@
   executors (the same start, 20 steps, what the result records: tests/framework_cells.py), and the
   real parity.
 """
-import os
 import types
 from pathlib import Path
 

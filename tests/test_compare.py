@@ -15,7 +15,6 @@ import pytest
 
 from orchestrator import compare
 from orchestrator.__main__ import main
-from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
 from conftest import error_line

@@ -1,7 +1,5 @@
 """The local backend's side of the contract, with real subprocesses standing in for a framework."""
-import stat
 import sys
-import textwrap
 import time
 from pathlib import Path
 

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.report import build_context, ranking_text, render, report_frame, summarise
 from orchestrator.report.summary import OUTLIER_FLOOR, SLOW_STEP_FACTOR, slow_step_count
-from orchestrator.results import cell_path, load_cells, load_reference, to_frame
+from orchestrator.results import load_cells, load_reference, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
 from records import cell_file, measured

@@ -21,7 +21,7 @@ from framework_cells import framework_python
 from orchestrator import frameworks, runner
 from orchestrator.__main__ import main
 from orchestrator.backends import registry
-from orchestrator.backends.local import READY_MARKER, LocalBackend
+from orchestrator.backends.local import LocalBackend
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 from records import OK_RESULT_IMPORTS, measured, ok_result_source

@@ -42,7 +42,7 @@ from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch,
 from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, deadline_entrypoint,
                                                       deferred_interrupts, lifetime_labels, remove_leftover_containers)
 from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
-from orchestrator.errors import CannotRunHere, UserError
+from orchestrator.errors import CannotRunHere, UserError, first_line
 from orchestrator.frameworks import Framework
 from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
@@ -150,7 +150,7 @@ class DockerBackend:
             return self._failed(job, f"image {reference} is not on the Docker engine; build it with "
                                      f"`python -m orchestrator build {cell.framework} --variant {cell.variant}`")
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            return self._failed(job, f"no image for {cell.framework}/{cell.variant}: {_one_line(error)}")
+            return self._failed(job, f"no image for {cell.framework}/{cell.variant}: {first_line(error)}")
         except CannotRunHere as error:  # e.g. a base image this host cannot get: not run here, and why
             return self._not_run(job, "unsupported", str(error))
         except UserError as error:  # a failed build or pull fails this cell; the matrix goes on
@@ -184,7 +184,7 @@ class DockerBackend:
                         if self.memory_limit else "no container limit"
                     result.reason = f"killed for lack of memory (out-of-memory killer; {limit}); {result.reason}"
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-                result = self._failed(job, f"Docker: {_one_line(error)}")
+                result = self._failed(job, f"Docker: {first_line(error)}")
         finally:
             # Always, Ctrl-C included: a forced removal kills the container if it still runs, and a
             # second Ctrl-C waits for the clean-up's end instead of cutting it short.
@@ -308,7 +308,7 @@ class DockerBackend:
         except docker.errors.NotFound:
             pass  # never created, or gone already
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            self.log(f"could not remove container {name} ({_one_line(error)}); remove it with `docker rm -f {name}`")
+            self.log(f"could not remove container {name} ({first_line(error)}); remove it with `docker rm -f {name}`")
 
     def _failed(self, job: CellJob, reason: str) -> Result:
         return self._not_run(job, "failed", reason)
@@ -375,7 +375,7 @@ def connect(timeout: float = 10.0) -> docker.DockerClient:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-        raise UserError(f"no Docker engine answered at {address} ({_one_line(error)}); start it "
+        raise UserError(f"no Docker engine answered at {address} ({first_line(error)}); start it "
                         "(e.g. `sudo systemctl start docker` or `dockerd &`) or use --backend local") from None
     client.api.timeout = max(timeout, API_TIMEOUT_S)
     return client
@@ -420,10 +420,3 @@ def _kill(container) -> None:
         container.kill()
     except docker.errors.APIError:
         pass  # it stopped by itself meanwhile (409: not running) or is already gone
-
-
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    """The engine's own message when it gave one, else the error's first line."""
-    text = str(getattr(error, "explanation", None) or error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    return line if len(line) <= limit else line[: limit - 1] + "…"

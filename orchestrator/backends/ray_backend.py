@@ -44,7 +44,7 @@ from typing import Callable, Iterator
 from rich.markup import escape
 
 from orchestrator.backends import SPEED_VARIABLES, CellJob, inherited_speed_variables
-from orchestrator.errors import UserError
+from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
@@ -107,7 +107,7 @@ def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend"
                      logging_level="WARNING", log_to_driver=False)
     except Exception as error:  # Ray raises ConnectionError, RuntimeError, its own AuthenticationError...
         where = options.ray_address or "a local Ray instance"
-        raise UserError(f"could not connect to {where}: {_one_line(error)}") from None
+        raise UserError(f"could not connect to {where}: {first_line(error)}") from None
     finally:
         if threading.current_thread() is threading.main_thread():  # elsewhere Python keeps no handlers
             for number, handler in handlers.items():
@@ -133,12 +133,6 @@ def use_token_when_there_is_one() -> None:
 
 def _alive_nodes(ray) -> list[dict]:
     return [node for node in ray.nodes() if node.get("Alive")]
-
-
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # --- the driver -------------------------------------------------------------------------------------
@@ -240,9 +234,7 @@ class RayDispatch:
         self._nodes_read = time.monotonic()
 
     def _lost(self, error: BaseException):
-        from orchestrator.runner import ClusterLost
-
-        return ClusterLost(f"lost the Ray cluster ({_one_line(error)})")
+        return ClusterLost(f"lost the Ray cluster ({first_line(error)})")
 
     def _eligible(self, job: CellJob) -> list[_Node]:
         nodes = [node for node in self.nodes.values() if node.node_id in self._alive]
@@ -400,7 +392,7 @@ class RayDispatch:
             return
         except ray.exceptions.RayTaskError as error:  # the node side itself broke: not retried
             result = Result(cell=job.cell, status="failed", reason=f"on node {flight.node.short}: "
-                                                                   f"{_one_line(error.cause or error)}")
+                                                                   f"{first_line(error.cause or error)}")
             self._count(self._keep(job, result, flight))
             return
         result = answer["result"]
@@ -485,7 +477,7 @@ class RayDispatch:
             if removed:
                 self.backend.log(f"removed {removed} container(s) of this run from the nodes")
         except Exception as error:
-            self.backend.log(f"[yellow]could not clean up on every node ({escape(_one_line(error))}); remove "
+            self.backend.log(f"[yellow]could not clean up on every node ({escape(first_line(error))}); remove "
                              f"containers labelled io.rosetta-bench.session={self.backend.session} by hand[/yellow]")
         self.running.clear()
 

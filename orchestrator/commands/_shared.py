@@ -1,11 +1,9 @@
 """What every command shares at run time: the console it reports on and its exit codes."""
 from rich.console import Console
 
-console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages; tables go to stdout
+from orchestrator.errors import EXIT_CELLS_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR  # noqa: F401 (commands read them here)
 
-EXIT_CELLS_FAILED = 1  # the command ran, but a cell (or a check) failed
-EXIT_USER_ERROR = 2  # a UserError: the message names the fix
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
+console = Console(stderr=True, highlight=False, soft_wrap=True)  # progress and messages; tables go to stdout
 
 LEFT_OUT_SHOWN = 20  # files named one per line; the rest counted
 

@@ -30,15 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from orchestrator.runner import ClusterLost
-
-    try:
-        return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
-                            results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                            force=args.force, options=args.option)
-    except ClusterLost as error:  # one line, the finished cells kept: exit 1, not a usage error's 2
-        console.print(f"[red]error:[/red] {escape(str(error))}")
-        return EXIT_CELLS_FAILED
+    return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
+                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
+                        force=args.force, options=args.option)
 
 
 def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,

@@ -12,7 +12,6 @@ from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
-from rich.markup import escape
 from workloads.common import data as datasets
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
 from workloads.common.result import INITS
@@ -84,16 +83,10 @@ def main(args: argparse.Namespace) -> int:
     selection = Selection(frameworks=args.frameworks, variants=args.variants, workloads=args.workloads,
                           precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat,
                           init=args.init, options=args.option, seed=args.seed)
-    from orchestrator.runner import ClusterLost
-
-    try:
-        return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
-                          results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                          resume=args.resume, force=args.force, render_report=not args.no_report,
-                          idle_window_s=args.idle_window)
-    except ClusterLost as error:  # one line, the finished cells kept: exit 1, not a usage error's 2
-        console.print(f"[red]error:[/red] {escape(str(error))}")
-        return EXIT_CELLS_FAILED
+    return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
+                      results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
+                      resume=args.resume, force=args.force, render_report=not args.no_report,
+                      idle_window_s=args.idle_window)
 
 
 def run_matrix(selection: Selection = Selection(), backend: registry.BackendOptions = registry.BackendOptions(), *,

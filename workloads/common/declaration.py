@@ -9,7 +9,7 @@ import dataclasses  # novermin (Python 3.6 images install the dataclasses backpo
 import importlib
 from dataclasses import dataclass  # novermin
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from workloads.common.result import Metrics
 
