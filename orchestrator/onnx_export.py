@@ -138,9 +138,7 @@ def _ensure(workload: str, backend, frameworks: dict, *, data_dir: Path, results
     (incoming / "canonical").mkdir(parents=True)
     incoming.chmod(0o700)  # the export's to write, nobody else's
     # a backend whose cells run as another user (Docker's, when we are root) hands the folder over
-    hand_over = getattr(backend, "make_writable_by_cells", None)
-    if hand_over is not None:
-        hand_over(incoming)
+    backend.make_writable_by_cells(incoming)
     canonical.write(incoming / "canonical", workload)
     work_dir, log_path = run_folder.cell_paths(results_dir, "onnx-export")  # never through a link
     job = CellJob(cell=cell, device="cpu", work_dir=work_dir,

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator import host, onnx_export, run_folder, telemetry
-from orchestrator.backends import Backend, CellJob, SerialDispatch, unsupported
+from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import ClusterLost, Interrupted, UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import adopt, cell_path, read_cell_file
@@ -90,9 +90,8 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             cell = job.cell
             progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
 
-        own_dispatch = getattr(backend, "dispatcher", None)
-        dispatch = (own_dispatch(progress=progress, task=task) if own_dispatch
-                    else SerialDispatch(backend, started, telemetry=telemetry.Telemetry(idle_window_s=idle_window_s)))
+        dispatch = backend.dispatcher(started=started, progress=progress, task=task,
+                                      telemetry=telemetry.Telemetry(idle_window_s=idle_window_s))
 
         def finish(cell: Cell, result: Result) -> None:
             """File `result` under the cell the host asked for, whatever the result claims
@@ -100,9 +99,6 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             result = adopt(cell, result)
             result.provenance.backend = result.provenance.backend or backend.name
             result.provenance.git_revision = result.provenance.git_revision or revision
-            if own_dispatch and result.energy is None and result.provenance.cluster:
-                result.energy = telemetry.not_sampled("ran on a cluster node: energy is measured only for "
-                                                      "cells that run on the orchestrator's host")
             _write_packages(result, results_dir, finished=len(summary.results))
             _write_result(result, cell_path(results_dir, cell), results_dir, finished=len(summary.results))
             summary.results.append(result)

@@ -20,7 +20,6 @@ wait, and each figure is null with the reason. Every figure records its method (
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import threading
 import time
@@ -529,7 +528,7 @@ class Telemetry:
 
     def meter_for(self, backend, job) -> CellMeter:
         """The meter for a job of a backend that runs cells on this host (local, Docker)."""
-        return self.meter(gpus_given(backend), cuda=job.device == "cuda")
+        return self.meter(backend.gpus_given(), cuda=job.device == "cuda")
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -538,22 +537,6 @@ class Telemetry:
             except Exception:  # noqa: BLE001 - shutting down what we started; nothing to report
                 pass
             self._nvml = None
-
-
-def gpus_given(backend) -> list[str] | None:
-    """The GPUs a backend hands its CUDA cells: --gpus (Docker's device request, or the local
-    backend's CUDA_VISIBLE_DEVICES), else the CUDA_VISIBLE_DEVICES a local cell inherits, else every
-    GPU (None). Indices are NVML's, which Docker's --gpus uses too; set CUDA_DEVICE_ORDER=PCI_BUS_ID
-    for CUDA's numbering to match it locally."""
-    chosen = getattr(backend, "gpu_ids", None)  # the Docker backend's, parsed
-    if chosen:
-        return list(chosen)
-    text = getattr(backend, "gpus", None)
-    if text is None and getattr(backend, "name", None) == "local":
-        text = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if text is None or not str(text).strip():
-        return None
-    return [part.strip() for part in str(text).split(",") if part.strip()]
 
 
 def not_sampled(reason: str) -> Energy:

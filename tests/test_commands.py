@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from orchestrator.backends.contract import Backend
+from orchestrator.backends.options import BackendOptions
 from orchestrator import commands
 from orchestrator.__main__ import build_parser, main
 from orchestrator.backends import registry
@@ -48,7 +50,7 @@ def test_shared_options_are_defined_once_and_read_back_as_options_objects(tmp_pa
         args = parser.parse_args([verb, "--backend", "local", "--python", "/p", "--cache-dir", str(tmp_path),
                                   "--gpus", "1", "--pull", "--registry", "r:5000/", "--frameworks", "a, b,"])
         options = commands.common_args.backend_options(args)
-        assert options == registry.BackendOptions(backend="local", python="/p", cache_dir=tmp_path, gpus="1",
+        assert options == BackendOptions(backend="local", python="/p", cache_dir=tmp_path, gpus="1",
                                                   pull=True, build=options.build)
         assert options.build.registry == "r:5000" and args.frameworks == ["a", "b"]
     verbs = subcommands(parser)
@@ -108,7 +110,7 @@ def test_a_module_missing_part_of_the_convention_is_named(dropped_in):
         commands.discover()
 
 
-class RecordingBackend:
+class RecordingBackend(Backend):
     """A backend that 'runs' each cell by writing an ok result, and remembers how it was made."""
 
     name = "recording"
@@ -116,12 +118,6 @@ class RecordingBackend:
 
     def __init__(self, options):
         RecordingBackend.made_with = options
-
-    def unsupported_reason(self, cell, variant):
-        return None
-
-    def prepare(self, jobs):
-        pass
 
     def run_cell(self, job):
         return measured(Result(cell=job.cell, status="ok"))

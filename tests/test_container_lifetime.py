@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.backends.options import BackendOptions
 from orchestrator.backends import CellJob, container_lifetime
 from orchestrator.backends.container_lifetime import (CELL_LABEL, DEADLINE_GRACE_S, DEADLINE_LABEL,
                                                       OWNER_HOST_LABEL, OWNER_PID_LABEL, OWNER_STARTED_LABEL,
@@ -158,7 +159,7 @@ def test_a_docker_run_starts_by_removing_the_containers_of_ended_runs_only(monke
     engine = SimpleNamespace(containers=SimpleNamespace(list=list_containers))
     monkeypatch.setattr(docker_backend, "connect", lambda: engine)
     lines = []
-    backend = registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+    backend = registry.start(BackendOptions(backend="docker"), {}, log=lines.append)
     assert isinstance(backend, DockerBackend)
     assert listed == [(True, {"label": CELL_LABEL})]
     assert removed == ["ended", "late"]
@@ -167,7 +168,7 @@ def test_a_docker_run_starts_by_removing_the_containers_of_ended_runs_only(monke
     removed.clear()
     containers[:] = containers[2:]
     lines.clear()
-    registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+    registry.start(BackendOptions(backend="docker"), {}, log=lines.append)
     assert removed == [] and lines == []  # nothing removed, nothing said
 
 

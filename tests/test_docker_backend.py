@@ -25,6 +25,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from orchestrator.backends.options import BackendOptions
 from orchestrator.backends import CellJob
 from orchestrator.backends.docker import (CELL_LABEL, SESSION_LABEL, DockerBackend, connect,
                                           remove_leftover_containers)
@@ -309,7 +310,7 @@ def test_cell_containers_get_memory_and_process_limits_and_record_them(tmp_path,
 
 
 def test_the_default_limits_are_recorded(tmp_path, backend):
-    from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
+    from orchestrator.backends.options import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
 
     result = backend.run_cell(make_job(tmp_path, "resnet50"))
     assert result.provenance.extras["container_memory_limit"] == DEFAULT_CONTAINER_MEMORY == "16g"
@@ -488,7 +489,7 @@ def test_the_next_docker_run_removes_what_a_killed_run_left_and_keeps_a_live_run
         DEADLINE_LABEL: str(int(time.time()) - 1)})
     lines = []
     try:
-        registry.start(registry.BackendOptions(backend="docker"), {}, log=lines.append)
+        registry.start(BackendOptions(backend="docker"), {}, log=lines.append)
         remaining = {container.id for container in client.containers.list(all=True, filters={"label": CELL_LABEL})}
         assert orphan.id not in remaining and late.id not in remaining
         assert {live.id, elsewhere.id} <= remaining  # a live owner's, and one this host cannot judge before its deadline

@@ -17,6 +17,7 @@ import pytest
 
 from framework_cells import framework_python
 
+from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, images, matrix, onnx_export
 from orchestrator.backends import CellJob, cell_request
 from orchestrator.report import render
@@ -111,7 +112,7 @@ def test_weights_digest_names_the_weights():
     assert onnx_export.weights_digest(changed) != onnx_export.weights_digest(params)
 
 
-class ExportingBackend:
+class ExportingBackend(Backend):
     """Runs PyTorch's export cell by writing what the real one writes, or fails it."""
 
     name = "fake"
@@ -121,9 +122,6 @@ class ExportingBackend:
 
     def unsupported_reason(self, cell, variant):
         return "no GPU here" if (cell.framework, variant.name) in self.unsupported else None
-
-    def prepare(self, jobs):
-        pass
 
     def run_cell(self, job: CellJob) -> Result:
         self.jobs.append(job)

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import default_signal_dispositions
 from records import OK_RESULT_IMPORTS, ok_result_source
+from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
@@ -200,8 +201,8 @@ def cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def options(cluster, **changes) -> registry.BackendOptions:
-    return registry.BackendOptions(backend="ray", ray_address=cluster.address, node_backend="local",
+def options(cluster, **changes) -> BackendOptions:
+    return BackendOptions(backend="ray", ray_address=cluster.address, node_backend="local",
                                    python=cluster.python, **changes)
 
 
@@ -276,13 +277,13 @@ def test_a_variants_gpu_model_from_the_matrix_places_its_cells(cluster, tmp_path
 def test_bad_input_is_one_line(cluster, monkeypatch):
     port = free_port()
     with pytest.raises(UserError, match=rf"--ray-address 127.0.0.1:{port}: no Ray head answers there"):
-        registry.start(registry.BackendOptions(backend="ray", ray_address=f"127.0.0.1:{port}"), REGISTRY)
+        registry.start(BackendOptions(backend="ray", ray_address=f"127.0.0.1:{port}"), REGISTRY)
     with pytest.raises(UserError, match="--ray-address 'nowhere': give the head node's HOST:PORT"):
-        registry.start(registry.BackendOptions(backend="ray", ray_address="nowhere"), REGISTRY)
+        registry.start(BackendOptions(backend="ray", ray_address="nowhere"), REGISTRY)
     monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
     with pytest.raises(UserError, match=r'--backend ray needs Ray, which is not installed: install the extra with '
                                         r'pip install -e "\.\[ray\]"'):
-        registry.start(registry.BackendOptions(backend="ray"), REGISTRY)
+        registry.start(BackendOptions(backend="ray"), REGISTRY)
 
 
 def test_ray_missing_on_the_command_line_is_one_line_and_exit_2(tmp_path):

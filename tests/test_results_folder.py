@@ -18,6 +18,8 @@ import pytest
 
 from framework_cells import framework_python
 
+from orchestrator.backends.contract import Backend
+from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks, runner
 from orchestrator.__main__ import main
 from orchestrator.backends import registry
@@ -32,17 +34,11 @@ CNN = Cell("pytorch", "cnn", variant="cpu", profile="smoke", data="synthetic")
 GRU = Cell("pytorch", "gru", variant="cpu", profile="smoke", data="synthetic")
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     """'Runs' each cell by writing an ok result into its log and returning it; `during` runs inside."""
 
     name = "fake"
     during = None
-
-    def unsupported_reason(self, cell, variant):
-        return None
-
-    def prepare(self, jobs):
-        pass
 
     def run_cell(self, job):
         if FakeBackend.during:
@@ -252,7 +248,7 @@ def test_parity_files_are_written_atomically(in_tmp, monkeypatch):
     victim = in_tmp / "victim.txt"
     victim.write_text("precious")
     (in_tmp / "p").mkdir()
-    assert parity_command.parity_check(registry.BackendOptions(backend="fake"), frameworks=["pytorch"],
+    assert parity_command.parity_check(BackendOptions(backend="fake"), frameworks=["pytorch"],
                                        workloads=["cnn"], results_dir=in_tmp / "p", data_dir=in_tmp / "data") == 0
     assert {"parity.md", "parity.json"} <= set(written)
     assert victim.read_text() == "precious"

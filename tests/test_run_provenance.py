@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, host
 from orchestrator.runner import packages_path, run_cells
 from orchestrator.results import read_cell_file
@@ -21,19 +22,13 @@ NUMPY_ONLY = ["numpy==2.1.0", "pip==24.0"]
 WITH_TORCH = ["numpy==2.1.0", "pip==24.0", "torch==2.9.0"]
 
 
-class PackagesBackend:
+class PackagesBackend(Backend):
     """Every cell 'runs' ok and reports the package list its framework's environment holds."""
 
     name = "packages"
 
     def __init__(self, lists: dict[str, list[str]]):
         self.lists = lists
-
-    def unsupported_reason(self, cell, variant):
-        return None
-
-    def prepare(self, jobs):
-        pass
 
     def run_cell(self, job):
         result = measured(Result(cell=job.cell))

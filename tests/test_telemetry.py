@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator import frameworks, host, telemetry
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.runner import run_cells
 from workloads.common.harness import Run
 from workloads.common.result import Cell, Result
@@ -166,8 +167,8 @@ def test_two_gpus_add_up_and_gpus_are_chosen_by_index():
                                  gpu_interval_s=3600)
     meter = source.meter(["1", "0"], cuda=True, clock=clock, sleep=clock.sleep)
     assert [name.split(":")[0] for name in meter.gpus.names] == ["1", "0"]
-    assert telemetry.gpus_given(types.SimpleNamespace(name="docker", gpu_ids=["0", "GPU-abc"])) == ["0", "GPU-abc"]
-    assert telemetry.gpus_given(types.SimpleNamespace(name="local", gpus="2,3")) == ["2", "3"]
+    assert DockerBackend(REGISTRY, client=None, image_for=str, gpus="0,GPU-abc").gpus_given() == ["0", "GPU-abc"]
+    assert LocalBackend(REGISTRY, gpus="2,3").gpus_given() == ["2", "3"]
     all_gpus, _ = metered_cell(stand_in_nvml(clock, gpus=2), clock)
     assert all_gpus.energy(training_result()).gpu.gross_j == pytest.approx(2 * 2875.0)
 

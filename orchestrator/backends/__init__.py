@@ -1,4 +1,5 @@
-"""Backends run one cell each and hand back its Result; they share the contract's host half here.
+"""Backends run one cell each and hand back its Result; they share the cell contract's host half here
+(the Backend base class and the Dispatch are in contract.py).
 
 A backend writes the cell document (`cell_request`, workloads/common/cell.py) into the cell's work
 folder, runs the framework's cell command with `--cell FILE` somewhere (`python -m workloads` in a
@@ -9,12 +10,11 @@ EXIT_UNSUPPORTED = unsupported, anything else or no file = failed.
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Protocol
+from typing import Mapping
 
 from orchestrator import results
+from orchestrator.backends.contract import Backend, CellJob, Dispatch, SerialDispatch  # noqa: F401 (the contract, re-exported)
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
@@ -48,105 +48,6 @@ def inherited_speed_variables(environ: Mapping[str, str] | None = None) -> dict[
     """The SPEED_VARIABLES the host sets, as every backend hands them to its cells."""
     environ = os.environ if environ is None else environ
     return {name: environ[name] for name in SPEED_VARIABLES if name in environ}
-
-
-@dataclass
-class CellJob:
-    """Everything a backend needs to run one cell."""
-
-    cell: Cell
-    device: str  # cpu or cuda: the variant's device
-    work_dir: Path  # scratch space for this cell, removed afterwards
-    log_path: Path  # the cell's full stdout + stderr, kept
-    data_dir: Path
-    timeout: float | None = None
-    git_revision: str | None = None
-    parity: str | None = None  # parity check: the canonical files' folder, relative to data_dir
-    export_dir: Path | None = None  # with parity: export the model to ONNX into this writable host folder
-    onnx_model: str | None = None  # the exported ONNX model an inference engine runs, relative to data_dir
-    accelerator_type: str | None = None  # ray: the GPU model this CUDA cell must run on (matrix.toml), else --accelerator-type
-
-
-class Backend(Protocol):
-    name: str
-
-    def unsupported_reason(self, cell: Cell, variant) -> str | None:
-        """Why this host cannot run the cell at all (decided before anything starts), or None."""
-
-    def prepare(self, jobs: list[CellJob]) -> None:
-        """Before the first cell: make ready what these cells need (the local backend builds the
-        environments they lack, several at once), so that no preparation overlaps a measured cell."""
-
-    def run_cell(self, job: CellJob) -> Result: ...
-
-    # Optional: `make_writable_by_cells(folder)` for a backend whose cells run as another user than
-    # the orchestrator's (Docker's, when run as root): hands a folder of ours (mode 0700) to them.
-    #
-    # Optional, for a backend that runs many cells at once (Ray's): `dispatcher()`, a Dispatch of
-    # its own. The runner wraps any other backend in SerialDispatch.
-
-
-class Dispatch(Protocol):
-    """Submit-and-gather: the runner submits every cell it runs, and writes each result as
-    `gather` hands it over. `prepare(jobs, datasets)` comes first (may refuse the run with a
-    UserError, before anything starts); `cancel()` on Ctrl-C or SIGTERM stops whatever is
-    outstanding and cleans up after it; `close()` always comes last."""
-
-    def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None: ...
-
-    def submit(self, job: CellJob) -> None: ...
-
-    def gather(self, *, wait: bool) -> Iterator[tuple[CellJob, Result]]:
-        """The (job, result) pairs finished since the last call; with `wait`, until none is outstanding."""
-
-    def cancel(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class SerialDispatch:
-    """A backend that only has `run_cell`, as a Dispatch: `gather` runs each submitted cell in turn
-    (exactly the old loop: one cell at a time, in the order submitted, on this host). `started(job)`
-    is called as each cell starts; each result's wall_time_s is the whole cell as the host saw it.
-    `telemetry` (orchestrator/telemetry.py) measures each cell's energy on this host, where it runs."""
-
-    def __init__(self, backend: Backend, started: Callable[[CellJob], None] = lambda job: None,
-                 telemetry=None):
-        self.backend = backend
-        self.started = started
-        self.telemetry = telemetry
-        self._queue: list[CellJob] = []
-
-    def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
-        self.backend.prepare(jobs)  # the datasets are in the host's data folder already
-
-    def submit(self, job: CellJob) -> None:
-        self._queue.append(job)
-
-    def gather(self, *, wait: bool) -> Iterator[tuple[CellJob, Result]]:
-        while self._queue:
-            job = self._queue.pop(0)
-            self.started(job)
-            meter = self.telemetry.meter_for(self.backend, job) if self.telemetry is not None else None
-            try:
-                if meter is not None:
-                    meter.start()  # the idle window first, outside the cell's wall time
-                start = time.perf_counter()
-                result = self.backend.run_cell(job)
-            finally:  # an interrupt too: the sampling thread never outlives its cell
-                if meter is not None:
-                    meter.stop()
-            result.wall_time_s = time.perf_counter() - start
-            if meter is not None:
-                result.energy = meter.energy(result)
-            yield job, result
-
-    def cancel(self) -> None:
-        self._queue.clear()  # the running cell cleans up after itself as the interrupt unwinds it
-
-    def close(self) -> None:
-        if self.telemetry is not None:
-            self.telemetry.close()
 
 
 CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folder

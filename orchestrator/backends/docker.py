@@ -36,15 +36,17 @@ from typing import Callable
 import docker
 import requests
 
-from orchestrator import host
-from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
+from rich.markup import escape
+
+from orchestrator import host, images
+from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
                                    remove_work, tail, write_cell_document)
 from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, deadline_entrypoint,
-                                                      deferred_interrupts, lifetime_labels, remove_leftover_containers)
-from orchestrator.backends.registry import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS
+                                                      deferred_interrupts, lifetime_labels, remove_containers_of_ended_runs,
+                                                      remove_leftover_containers)
+from orchestrator.backends.options import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS, BackendOptions
 from orchestrator.errors import CannotRunHere, UserError, first_line
 from orchestrator.frameworks import Framework
-from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
@@ -77,7 +79,7 @@ class _Exit:
     out_of_memory: bool = False
 
 
-class DockerBackend:
+class DockerBackend(Backend):
     name = "docker"
 
     def __init__(self, frameworks: dict[str, Framework], *, client: docker.DockerClient, image_for: Callable[[Cell], str],
@@ -205,10 +207,15 @@ class DockerBackend:
         give_to_container_user(out_dir)
         return out_dir
 
-    @staticmethod
-    def make_writable_by_cells(folder: Path) -> None:
+    def make_writable_by_cells(self, folder: Path) -> None:
         """A folder we created (mode 0700), for a cell to write (the ONNX export's): see container_user."""
         give_to_container_user(folder)
+
+    def gpus_given(self) -> list[str] | None:
+        return list(self.gpu_ids) if self.gpu_ids else None
+
+    def use_session(self, session: str) -> None:
+        self.session = session  # its containers' session label: the run's clean-up finds them by it
 
     def _record_limits(self, result: Result) -> None:
         """The limits the cell ran under, with its result: a cell killed for memory reads with them."""
@@ -329,8 +336,8 @@ class DockerBackend:
         result.provenance.backend = self.name
         result.provenance.image_id = image.id
         labels = image_labels(image)
-        result.provenance.image_revision = labels.get(REVISION_LABEL) or None
-        result.provenance.image_sources_sha256 = labels.get(SOURCES_LABEL) or None
+        result.provenance.image_revision = labels.get(images.REVISION_LABEL) or None
+        result.provenance.image_sources_sha256 = labels.get(images.SOURCES_LABEL) or None
         digests = image.attrs.get("RepoDigests") or []
         # prefer the digest from the registry the image was asked for (it may sit in several)
         # a reference is repository:tag, or repository@digest (pulled by images.lock)
@@ -349,8 +356,6 @@ class DockerBackend:
             return
         key = (cell.framework, cell.variant)
         if key not in self._sources_hashes:
-            from orchestrator import images
-
             self._sources_hashes[key] = images.sources_hash(framework, framework.variant(cell.variant))
         recorded = result.provenance.image_sources_sha256
         result.provenance.extras["image_sources_current"] = (
@@ -420,3 +425,49 @@ def _kill(container) -> None:
         container.kill()
     except docker.errors.APIError:
         pass  # it stopped by itself meanwhile (409: not running) or is already gone
+
+
+def start(frameworks: dict, options: BackendOptions, log: Callable[[str], None]) -> "DockerBackend":
+    """The registry's factory (orchestrator/backends/registry.py): connect, clear what ended runs left,
+    and run each cell in the image built or pulled for it once."""
+    if options.python:
+        raise UserError("--python runs cells with a host interpreter: it needs --backend local")
+    client = connect()
+    _remove_containers_of_ended_runs(client, log)
+    failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
+    # tag -> the reference to run (the tag, or repository@digest when pulled by images.lock): checked
+    # (sources digest, lock entry) or built once in this run, not again per cell
+    ready: dict[str, str] = {}
+
+    def image_for(cell) -> str:
+        framework = frameworks[cell.framework]
+        variant = framework.variant(cell.variant)
+        tag = images.image_tag(framework, variant, options.build.registry)
+        if tag in ready:
+            return ready[tag]
+        if tag not in failures:
+            try:
+                ready[tag] = images.ensure_image(client, framework, variant, options.build, pull=options.pull, log=log)
+                return ready[tag]
+            except UserError as error:
+                failures[tag] = error
+                said = "not run here:" if isinstance(error, CannotRunHere) else "[red]error:[/red]"
+                log(f"{said} {escape(str(error))}")
+        raise failures[tag]
+
+    return DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus,
+                         memory_limit=options.container_memory, pids_limit=options.container_pids, log=log)
+
+
+def _remove_containers_of_ended_runs(client, log: Callable[[str], None]) -> None:
+    """Before the first cell: what runs killed outright left on the engine goes, a live run's stays
+    (orchestrator/backends/container_lifetime.py). A refusal is said in one line; the run goes on."""
+    try:
+        removed = remove_containers_of_ended_runs(client)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+        log(f"could not look for containers of ended runs on the Docker engine ({first_line(error, 200)}); "
+            f"the run goes on")
+        return
+    if removed:
+        log(f"Removed {removed} cell container{'' if removed == 1 else 's'} of runs that have ended (their owner "
+            f"gone, or past their deadline) from the Docker engine.")

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator import environments, host
-from orchestrator.backends import (CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
+from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
                                    write_cell_document)
+from orchestrator.backends.options import BackendOptions
 from orchestrator.environments import EnvironmentBuildError
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
@@ -72,7 +73,7 @@ def _python_for(variant: Variant) -> str:
     return (find_python(variant.python) if variant.python else None) or sys.executable
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, frameworks: dict[str, Framework], *, cache_dir: Path | None = None,
@@ -168,6 +169,14 @@ class LocalBackend:
                                    at_once=ENVIRONMENTS_AT_ONCE)
 
     # --- cells ----------------------------------------------------------------------------------
+
+    def gpus_given(self) -> list[str] | None:
+        """--gpus (which this backend sets as CUDA_VISIBLE_DEVICES), else the CUDA_VISIBLE_DEVICES a
+        cell inherits, else every GPU. Indices are NVML's: set CUDA_DEVICE_ORDER=PCI_BUS_ID for
+        CUDA's numbering to match it."""
+        text = self.gpus if self.gpus is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+        indices = [part.strip() for part in (text or "").split(",") if part.strip()]
+        return indices or None
 
     def unsupported_reason(self, cell, variant: Variant) -> str | None:
         language = self.frameworks[cell.framework].language
@@ -328,3 +337,36 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return die_with_parent
+
+
+def start(frameworks: dict, options: BackendOptions, log: Callable[[str], None]) -> LocalBackend:
+    """The registry's factory (orchestrator/backends/registry.py)."""
+    python = interpreter_path(options.python) if options.python else None
+    return LocalBackend(frameworks, cache_dir=options.cache_dir, python=python, gpus=options.gpus, log=log)
+
+
+def interpreter_path(python: str) -> str:
+    """--python as an absolute path to an executable file, or one line saying what is wrong with it.
+
+    Cells run in their own working directory, so a relative path would name another file (or
+    none) there; a bare name (python3.8) is looked up on PATH now, once."""
+    if os.sep not in python:
+        found = shutil.which(python)
+        if not found:
+            raise UserError(f"--python {python}: no such interpreter on PATH; give the absolute path of a Python "
+                            f"that has the framework installed")
+        return os.path.abspath(found)
+    path = Path(python)
+    if not path.is_absolute():
+        raise UserError(f"--python {python}: a relative path; cells run in another working directory, so give "
+                        f"the absolute path ({Path.cwd() / path})")
+    if not path.exists():
+        raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the "
+                        f"framework installed")
+    if path.is_dir():
+        raise UserError(f"--python {python}: a folder, not an interpreter; give the Python inside it "
+                        f"(e.g. {path / 'bin' / 'python'})")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UserError(f"--python {python}: not an executable file; give the path of a Python interpreter "
+                        f"(or make it executable: chmod +x)")
+    return python

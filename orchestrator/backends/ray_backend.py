@@ -43,7 +43,8 @@ from typing import Callable, Iterator
 
 from rich.markup import escape
 
-from orchestrator.backends import SPEED_VARIABLES, CellJob, inherited_speed_variables
+from orchestrator.backends import SPEED_VARIABLES, Backend, CellJob, Dispatch, inherited_speed_variables
+from orchestrator import telemetry
 from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
@@ -137,7 +138,7 @@ def _alive_nodes(ray) -> list[dict]:
 
 # --- the driver -------------------------------------------------------------------------------------
 
-class RayBackend:
+class RayBackend(Backend):
     """A Backend with a dispatcher of its own (many cells at once, on many nodes)."""
 
     def __init__(self, frameworks: dict, options, log: Callable[[str], None] = print):
@@ -165,7 +166,8 @@ class RayBackend:
                       reason="the ONNX export runs on this host: run it once with --backend docker or local, "
                              "then its cells on --backend ray")
 
-    def dispatcher(self, *, progress=None, task=None) -> "RayDispatch":
+    def dispatcher(self, *, started=None, progress=None, task=None, telemetry=None) -> "RayDispatch":
+        """Many cells at once, on many nodes. No energy is metered here: the cells run elsewhere."""
         return RayDispatch(self, progress=progress, task=task)
 
 
@@ -190,7 +192,7 @@ class _Flight:
     tries: list[str] = field(default_factory=list)  # why each earlier try was lost
 
 
-class RayDispatch:
+class RayDispatch(Dispatch):
     def __init__(self, backend: RayBackend, *, progress=None, task=None):
         self.ray = import_ray()
         self.backend = backend
@@ -417,6 +419,9 @@ class RayDispatch:
         for number, why in enumerate(tries, start=1):
             cluster[f"try_{number}"] = why
         result.provenance.cluster = cluster
+        if result.energy is None:
+            result.energy = telemetry.not_sampled("ran on a cluster node: energy is measured only for cells "
+                                                  "that run on the orchestrator's host")
         self.ready.append((job, result))
         return result
 
@@ -576,8 +581,7 @@ def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_varia
             frameworks = framework_registry.discover()
             node_options = replace(options, backend=options.node_backend, gpus=gpus)
             backend = registry.REGISTRY[options.node_backend].factory(frameworks, node_options, lambda line: None)
-            if hasattr(backend, "session"):
-                backend.session = session  # labels its containers with this run's id: the clean-up finds them
+            backend.use_session(session)  # labels its containers with this run's id: the clean-up finds them
             variant = frameworks[job.cell.framework].variant(job.cell.variant)
             reason = backend.unsupported_reason(job.cell, variant)
             if reason:

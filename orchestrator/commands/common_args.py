@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 
+from orchestrator.backends.options import AUTO, DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS, BackendOptions
 from orchestrator import frameworks as framework_registry, images, matrix
 from orchestrator.backends import LONGEST_TIMEOUT_S, registry
 from orchestrator.errors import UserError
@@ -157,19 +158,19 @@ def build_options(args: argparse.Namespace) -> images.BuildOptions:
 # --- where cells run: run-matrix, parity (the build options above included) ---------------------
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=registry.choices(), default=registry.AUTO, help=registry.auto_help())
+    parser.add_argument("--backend", choices=registry.choices(), default=AUTO, help=registry.auto_help())
     parser.add_argument("--python", help="run cells with this interpreter instead of built environments")
     parser.add_argument("--cache-dir", type=Path, help="environment cache (default: $ROSETTA_CACHE_DIR or "
                         "~/.cache/rosetta-bench)")
     parser.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--pull", action="store_true", help="docker: pull missing images from --registry instead "
                         "of building")
-    parser.add_argument("--container-memory", default=registry.DEFAULT_CONTAINER_MEMORY,
+    parser.add_argument("--container-memory", default=DEFAULT_CONTAINER_MEMORY,
                         help="docker: each cell container's memory limit, swap included, e.g. 16g or 512m; none "
-                        f"for no limit (default: {registry.DEFAULT_CONTAINER_MEMORY})")
-    parser.add_argument("--container-pids", default=str(registry.DEFAULT_CONTAINER_PIDS),
+                        f"for no limit (default: {DEFAULT_CONTAINER_MEMORY})")
+    parser.add_argument("--container-pids", default=str(DEFAULT_CONTAINER_PIDS),
                         help="docker: how many processes and threads each cell container may run; none for no "
-                        f"limit (default: {registry.DEFAULT_CONTAINER_PIDS})")
+                        f"limit (default: {DEFAULT_CONTAINER_PIDS})")
     parser.add_argument("--ray-address", metavar="HOST:PORT", help="ray: the cluster's head node (default: start "
                         "a local Ray instance bound to 127.0.0.1)")
     parser.add_argument("--node-backend", choices=("docker", "local"), default="docker",
@@ -186,8 +187,8 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     add_build_options(parser)
 
 
-def backend_options(args: argparse.Namespace) -> registry.BackendOptions:
-    return registry.BackendOptions(backend=args.backend, python=args.python, cache_dir=args.cache_dir,
+def backend_options(args: argparse.Namespace) -> BackendOptions:
+    return BackendOptions(backend=args.backend, python=args.python, cache_dir=args.cache_dir,
                                    gpus=args.gpus, pull=args.pull, build=build_options(args),
                                    container_memory=container_memory(args.container_memory),
                                    container_pids=container_pids(args.container_pids),

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks as framework_registry, matrix as matrix_module
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
@@ -35,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
                         force=args.force, options=args.option)
 
 
-def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *, frameworks: list[str] | None = None,
+def parity_check(backend: BackendOptions = BackendOptions(), *, frameworks: list[str] | None = None,
                  workloads: list[str] | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
                  timeout: float | None = None, force: bool = False, options: list[str] | None = None) -> int:
     """Run every framework on the canonical weights and compare its outputs with PyTorch's.

@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks as framework_registry, matrix as matrix_module, telemetry
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
@@ -89,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
                       idle_window_s=args.idle_window)
 
 
-def run_matrix(selection: Selection = Selection(), backend: registry.BackendOptions = registry.BackendOptions(), *,
+def run_matrix(selection: Selection = Selection(), backend: BackendOptions = BackendOptions(), *,
                matrix_file: Path | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
                timeout: float | None = None, resume: bool = False, force: bool = False,
                render_report: bool = True, idle_window_s: float = telemetry.IDLE_WINDOW_S) -> int:
