@@ -2,7 +2,8 @@
 
 What the run writes there and what it may remove (docs/RUN-GUARANTEES.md):
 
-    run.json            what the run recorded about itself, one entry per invocation
+    run.json            what the run recorded about itself, one entry per invocation (read and
+                        appended to here only: read_run_record, append_invocation)
     cells/<key>.json    one result per cell (and repeat)
     packages/<hex>.txt  each distinct package list the cells ran with, named by its sha256
     logs/<key>.log      each cell's stdout and stderr
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from workloads.common import safe_files
-from workloads.common.result import json_kind, nesting_depth
+from workloads.common.result import json_kind, nesting_depth, write_json_atomic
 
 RESULTS_ROOT = Path("results")
 PARITY_PREFIX = "parity-"
@@ -99,6 +100,13 @@ def read_run_record(folder: Path) -> dict:
     if problem:
         raise UserError(f"{path}: {problem}; {fix}")
     return record
+
+
+def append_invocation(folder: Path, invocation: dict) -> None:
+    """One more entry under run.json's `invocations`, written atomically; an unreadable run.json is
+    refused (read_run_record), never overwritten: it holds the run's history."""
+    history = read_run_record(folder)["invocations"]
+    write_json_atomic(Path(folder) / RUN_RECORD, {"invocations": [*history, invocation]})
 
 
 def _refuse_constant(name: str):

@@ -24,7 +24,7 @@ from orchestrator.results import adopt, cell_path, read_cell_file
 from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
 from workloads.common import data, declaration, options as framework_options, safe_files
 from workloads.common.cell import unsafe_name_problem
-from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError, write_json_atomic
+from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError
 
 
 @dataclass
@@ -278,5 +278,4 @@ def _write_run_metadata(results_dir: Path, backend: Backend, cells: list[Cell], 
               "mode": run_folder.MODE_BENCHMARK, "backend": backend.name, "git_revision": revision, "host": platform.node(),
               "platform": platform.platform(), "cpu_count": os.cpu_count(), "gpus": host.gpu_facts(),
               "cells": len(cells), **metadata, "order": [cell.key for cell in order]}
-    history = run_folder.read_run_record(results_dir)["invocations"]  # refused, never dropped, if unreadable
-    write_json_atomic(results_dir / run_folder.RUN_RECORD, {"invocations": [*history, record]})
+    run_folder.append_invocation(results_dir, record)

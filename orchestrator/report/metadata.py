@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workloads.common import safe_files
+from orchestrator import run_folder
+from orchestrator.errors import UserError
 from workloads.common.result import SCHEMA_VERSION
-
-LONGEST_RUN_FILE = 16 * 1024 * 1024  # bytes: run.json may come from elsewhere, as the cells do
 
 
 def _distinct_values(frame: pd.DataFrame, *columns: str) -> str:
@@ -49,14 +48,13 @@ def run_metadata(frame: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def recorded_invocations(results_dir: Path) -> list[dict]:
-    """Every run-matrix invocation into this folder, as run.json records them ([] without one, or
-    for one that cannot be read: a report never fails on it)."""
+    """Every run-matrix invocation into this folder, as run.json records them, read by its one
+    reader (run_folder.read_run_record); [] without one, or for one that cannot be read: a report
+    renders the cells whatever run.json holds."""
     try:
-        data = safe_files.read_bytes_bounded(Path(results_dir) / "run.json", LONGEST_RUN_FILE)
-        invocations = json.loads(data.decode("utf-8")).get("invocations", [])
-    except (OSError, ValueError, AttributeError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return run_folder.read_run_record(Path(results_dir))["invocations"]
+    except UserError:
         return []
-    return [invocation for invocation in _list(invocations) if isinstance(invocation, dict)]
 
 
 def recorded_not_applicable(results_dir: Path) -> list[dict]:
