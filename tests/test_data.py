@@ -735,8 +735,9 @@ def test_prepare_fetches_and_caches_for_offline_containers(server, data_dir, mon
     cifar_body, _ = cifar_tarball()
     imdb_body, _ = imdb_npz()
     imdb = server.remote(data.IMDB, imdb_body)
-    monkeypatch.setattr(data.published, "CIFAR10", server.remote(data.CIFAR10, cifar_body))
-    monkeypatch.setattr(data.published, "IMDB", imdb)
+    monkeypatch.setitem(data.DATASETS, "cifar10",
+                        data.DATASETS["cifar10"]._replace(remote=server.remote(data.CIFAR10, cifar_body)))
+    monkeypatch.setitem(data.DATASETS, "imdb", data.DATASETS["imdb"]._replace(remote=imdb))
     assert data.prepare("cifar10", data_dir, progress=quiet) == data_dir / "cifar-10-python.tar.gz"
     assert data.prepare("imdb", data_dir, progress=quiet) == data_dir / "imdb.npz"
     cache_folders = sorted(path.name for path in (data_dir / "cache").iterdir())
@@ -746,5 +747,5 @@ def test_prepare_fetches_and_caches_for_offline_containers(server, data_dir, mon
     server.stop = lambda: None
     dataset = data.load_imdb(data_dir, settings=GRU, remote=imdb, offline=True)
     assert dataset.x_train.shape == (30, GRU.sequence_length)
-    with pytest.raises(ValueError, match="cifar10, imdb"):
+    with pytest.raises(data.DataError, match="unknown dataset 'mnist'; choose from cifar10, imdb"):
         data.prepare("mnist", data_dir)

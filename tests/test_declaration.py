@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import report, runner
 from orchestrator.results import cell_path, load_results, to_frame
-from workloads.common import canonical, declaration, hyperparams
+from workloads.common import canonical, data, declaration, hyperparams
 from workloads.common.declaration import HIGHER, IMAGES, INFERENCE, LOWER, TRAINING, Metric, Workload
 from workloads.common.result import Cell, Metrics, Result
 
@@ -33,6 +33,7 @@ def test_a_declaration_is_consistent(workload):
     assert workload.accuracy == ("test_accuracy" in names)
     assert workload.parity_labels == (workload.kind == TRAINING)
     assert workload.canonical_layers is not None
+    assert workload.dataset is None or workload.dataset in data.DATASETS  # registered once, where prepare finds it
     full, smoke = workload.settings_for("full"), workload.settings_for("smoke")
     assert full == workload.settings() and dataclasses.replace(full, **workload.smoke) == smoke
     batch = canonical.parity_batch(workload.name)

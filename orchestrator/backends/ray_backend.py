@@ -271,11 +271,10 @@ class RayDispatch(Dispatch):
             raise UserError(f"cannot place cells on this Ray cluster before starting: {said}{hint}")
         from workloads.common import data
 
-        published = {"cifar10": data.CIFAR10, "imdb": data.IMDB}
         from workloads.common.data import checksum
 
         for name, archive in datasets.items():
-            remote = published[name]
+            remote = data.published_dataset(name).remote
             try:  # checked again here, on the very bytes shipped
                 content = checksum.read_verified(remote, archive)
             except (OSError, data.DataError) as error:

@@ -18,18 +18,19 @@ Every expected failure raises ``DataError`` with one line naming the file and th
     cifar10      load_cifar10
     imdb         load_imdb, the pickle-free reviews cache (load_imdb_reviews), Keras's preprocessing
     synthetic    synthetic_cifar10, synthetic_imdb, random_images
-    preparation  prepare: the host's step before containers start
+    preparation  DATASETS, the published datasets registered once; prepare: the host's step
+                 before containers start
 """
 from .cifar10 import load_cifar10
 from .dataset import Dataset, default_data_dir
 from .download import fetch
 from .errors import DataError
 from .imdb import load_imdb, load_imdb_reviews, preprocess_imdb, reviews_of
-from .preparation import prepare
+from .preparation import DATASETS, PublishedDataset, prepare, published_dataset
 from .progress import ProgressCallback
 from .published import CIFAR10, IMDB, RemoteFile
 from .synthetic import random_images, synthetic_cifar10, synthetic_imdb
 
-__all__ = ["CIFAR10", "IMDB", "DataError", "Dataset", "ProgressCallback", "RemoteFile", "default_data_dir",
+__all__ = ["CIFAR10", "DATASETS", "IMDB", "DataError", "PublishedDataset", "published_dataset", "Dataset", "ProgressCallback", "RemoteFile", "default_data_dir",
            "fetch", "load_cifar10", "load_imdb", "load_imdb_reviews", "prepare", "preprocess_imdb", "random_images",
            "reviews_of", "synthetic_cifar10", "synthetic_imdb"]
