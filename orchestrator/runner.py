@@ -21,7 +21,7 @@ from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import ClusterLost, Interrupted, UserError
 from orchestrator.frameworks import Framework
 from orchestrator.results import adopt, cell_path, read_cell_file
-from orchestrator.run_folder import RESULTS_ROOT, latest_results_dir, new_results_dir  # noqa: F401 (their old home)
+from orchestrator.run_settings import RunSettings
 from workloads.common import data, declaration, options as framework_options, safe_files
 from workloads.common.cell import unsafe_name_problem
 from workloads.common.result import CANONICAL_INIT, Cell, Result, SchemaError
@@ -37,30 +37,24 @@ class RunSummary:
         return sum(result.status == status for result in self.results)
 
 
-def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
-              data_dir: Path, resume: bool = False, force: bool = False, timeout: float | None = None,
-              console: Console | None = None, metadata: dict | None = None, parity: bool = False,
-              accelerator_types: dict[tuple[str, str], str] | None = None,
-              idle_window_s: float = telemetry.IDLE_WINDOW_S) -> RunSummary:
-    """Run `cells` into `results_dir`, holding its lock throughout (orchestrator/run_folder.py):
-    refused when the folder is unusable, or holds results and neither `resume` nor `force` is set.
-    `accelerator_types`: (framework, variant) -> the GPU model a cluster backend must place it on.
-    `idle_window_s`: the idle power's window before each cell whose energy is measured here."""
+def run_cells(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], settings: RunSettings, *,
+              console: Console | None = None) -> RunSummary:
+    """Run `cells` into `settings.results_dir`, holding its lock throughout (orchestrator/run_folder.py):
+    refused when the folder is unusable, or holds results and neither `resume` nor `force` is set."""
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
-    results_dir = Path(results_dir)
-    with run_folder.claim(results_dir, resume=resume, force=force):
+    results_dir = Path(settings.results_dir)
+    with run_folder.claim(results_dir, resume=settings.resume, force=settings.force):
         run_folder.clear_work(results_dir)  # an interrupted or killed run's scratch folders
         try:
-            return _run_locked(cells, backend, frameworks, results_dir=results_dir, data_dir=data_dir,
-                               resume=resume, timeout=timeout, console=console, metadata=metadata, parity=parity,
-                               accelerator_types=accelerator_types or {}, idle_window_s=idle_window_s)
+            return _run_locked(cells, backend, frameworks, settings, results_dir, console)
         finally:
             run_folder.clear_work(results_dir)
 
 
-def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], *, results_dir: Path,
-                data_dir: Path, resume: bool, timeout: float | None, console: Console, metadata: dict | None,
-                parity: bool, accelerator_types: dict[tuple[str, str], str], idle_window_s: float) -> RunSummary:
+def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Framework], settings: RunSettings,
+                results_dir: Path, console: Console) -> RunSummary:
+    data_dir = Path(settings.data_dir) if settings.data_dir else data.default_data_dir()
+    resume, timeout, parity = settings.resume, settings.timeout, settings.parity
     summary = RunSummary(results_dir)
     _check_names(cells)
     revision = host.git_revision()
@@ -71,7 +65,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
         else:
             pending.append(cell)
     try:
-        _write_run_metadata(results_dir, backend, cells, revision, metadata or {}, order=pending)
+        _write_run_metadata(results_dir, backend, cells, revision, dict(settings.record), order=pending)
     except OSError as error:
         raise run_folder.write_failed(results_dir / "run.json", error, results_dir) from None
     if summary.skipped:
@@ -91,7 +85,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
 
         dispatch = backend.dispatcher(started=started, progress=progress, task=task,
-                                      telemetry=telemetry.Telemetry(idle_window_s=idle_window_s))
+                                      telemetry=telemetry.Telemetry(idle_window_s=settings.idle_window_s))
 
         def finish(cell: Cell, result: Result) -> None:
             """File `result` under the cell the host asked for, whatever the result claims
@@ -124,7 +118,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                                          timeout=timeout, git_revision=revision,
                                          parity=f"parity/{cell.workload}" if parity else None,
                                          onnx_model=models.folder(cell),
-                                         accelerator_type=accelerator_types.get((cell.framework, cell.variant))))
+                                         accelerator_type=settings.accelerator_types.get((cell.framework, cell.variant))))
             dispatch.prepare([step for step in steps if isinstance(step, CellJob)], datasets)
             for step in steps:  # in the run order; a serial backend runs each job as it is gathered
                 if isinstance(step, Result):

@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 
+from orchestrator.run_settings import RunSettings
 from orchestrator import frameworks
 from orchestrator.backends import CellJob
 from orchestrator.backends.local import LocalBackend
@@ -61,11 +62,13 @@ def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_p
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
     cells = [Cell("pytorch", w, profile="smoke", data="synthetic") for w in ("cnn", "gru", "resnet50")]
-    summary = run_cells(cells, backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+    summary = run_cells(cells, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                              data_dir=tmp_path / "data"))
     assert [r.status for r in summary.results] == ["ok", "failed", "ok"]
     assert "gru exploded" in summary.results[1].stderr_tail
     assert len(list((tmp_path / "run" / "cells").glob("*.json"))) == 3
-    again = run_cells(cells, backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data", resume=True)
+    again = run_cells(cells, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data",
+                                                            resume=True))
     assert again.skipped == 2 and [r.cell.workload for r in again.results] == ["gru"]
 
 
@@ -73,7 +76,7 @@ def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypat
     monkeypatch.setattr("orchestrator.host.gpus", lambda: [])  # read by the backend
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
     cell = Cell("pytorch", "cnn", variant="cu130", profile="smoke", data="synthetic")
-    run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+    run_cells([cell], backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data"))
     result = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json")
     assert result.status == "unsupported" and "no GPU runtime on this host" in result.reason
 

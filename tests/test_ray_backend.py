@@ -25,6 +25,7 @@ import pytest
 
 from conftest import default_signal_dispositions
 from records import OK_RESULT_IMPORTS, ok_result_source
+from orchestrator.run_settings import RunSettings
 from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks
 from orchestrator.backends import registry
@@ -210,8 +211,8 @@ def run(cluster, tmp_path, cells, *, backend_options=None, resume=False, acceler
     from orchestrator.runner import run_cells
 
     engine = registry.start(backend_options or options(cluster), REGISTRY, log=lambda line: None)
-    return run_cells(cells, engine, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                     resume=resume, accelerator_types=accelerator_types)
+    return run_cells(cells, engine, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data",
+                                                          resume=resume, accelerator_types=accelerator_types))
 
 
 def cells(workloads=("cnn", "gru"), variant="cpu", repeats=1) -> list[Cell]:

@@ -18,9 +18,10 @@ import pytest
 
 from framework_cells import framework_python
 
+from orchestrator.run_settings import RunSettings
 from orchestrator.backends.contract import Backend
 from orchestrator.backends.options import BackendOptions
-from orchestrator import frameworks, runner
+from orchestrator import frameworks, run_folder, runner
 from orchestrator.__main__ import main
 from orchestrator.backends import registry
 from orchestrator.backends.local import LocalBackend
@@ -150,8 +151,8 @@ class _FrozenClock(datetime.datetime):
 
 def test_run_folders_named_in_the_same_second_are_distinct(tmp_path, monkeypatch):
     monkeypatch.setattr(datetime, "datetime", _FrozenClock)
-    first, second = runner.new_results_dir(tmp_path), runner.new_results_dir(tmp_path)
-    third = runner.new_results_dir(tmp_path, prefix="parity-")
+    first, second = run_folder.new_results_dir(tmp_path), run_folder.new_results_dir(tmp_path)
+    third = run_folder.new_results_dir(tmp_path, prefix="parity-")
     assert first.name == "20240102-030405" and second.name == "20240102-030405-2"
     assert third.name == "parity-20240102-030405"
     assert first.is_dir() and second.is_dir() and third.is_dir()  # created, exclusively
@@ -213,8 +214,8 @@ def test_a_planted_log_link_does_not_truncate_its_target(tmp_path):
     victim.write_text("precious")
     (tmp_path / "run" / "logs").mkdir(parents=True)
     (tmp_path / "run" / "logs" / f"{CNN.key}.log").symlink_to(victim)
-    runner.run_cells([CNN], FakeBackend(), REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                     resume=True)
+    runner.run_cells([CNN], FakeBackend(), REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                                 data_dir=tmp_path / "data", resume=True))
     assert victim.read_text() == "precious"
     log = tmp_path / "run" / "logs" / f"{CNN.key}.log"
     assert not log.is_symlink() and log.read_text() == "cell output\n"
@@ -248,8 +249,9 @@ def test_parity_files_are_written_atomically(in_tmp, monkeypatch):
     victim = in_tmp / "victim.txt"
     victim.write_text("precious")
     (in_tmp / "p").mkdir()
-    assert parity_command.parity_check(BackendOptions(backend="fake"), frameworks=["pytorch"],
-                                       workloads=["cnn"], results_dir=in_tmp / "p", data_dir=in_tmp / "data") == 0
+    settings = RunSettings(results_dir=in_tmp / "p", data_dir=in_tmp / "data")
+    assert parity_command.parity_check(BackendOptions(backend="fake"), settings, frameworks=["pytorch"],
+                                       workloads=["cnn"]) == 0
     assert {"parity.md", "parity.json"} <= set(written)
     assert victim.read_text() == "precious"
     assert stat.S_IMODE((in_tmp / "p" / "parity.md").stat().st_mode) == safe_files.FILE_MODE

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from orchestrator.run_settings import RunSettings
 from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, host
 from orchestrator.runner import packages_path, run_cells
@@ -43,8 +44,8 @@ def cells(*names: str) -> list[Cell]:
 
 def test_each_distinct_package_list_is_written_once_and_stays_in_the_cell(tmp_path):
     backend = PackagesBackend({"jax": NUMPY_ONLY, "pytorch": WITH_TORCH, "tensorflow": NUMPY_ONLY})
-    run_cells(cells("jax", "pytorch", "tensorflow"), backend, REGISTRY, results_dir=tmp_path / "run",
-              data_dir=tmp_path / "data")
+    run_cells(cells("jax", "pytorch", "tensorflow"), backend, REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                                                    data_dir=tmp_path / "data"))
     written = sorted((tmp_path / "run" / "packages").iterdir())
     assert len(written) == 2  # six cells, two environments
     for listing in (NUMPY_ONLY, WITH_TORCH):
@@ -65,8 +66,9 @@ def test_a_link_planted_at_a_package_file_is_replaced_never_written_through(tmp_
     digest = hashlib.sha256(("\n".join(NUMPY_ONLY) + "\n").encode()).hexdigest()
     (tmp_path / "run" / "packages").mkdir(parents=True)
     os.symlink(target, tmp_path / "run" / "packages" / f"{digest}.txt")
-    run_cells(cells("jax"), PackagesBackend({"jax": NUMPY_ONLY}), REGISTRY, results_dir=tmp_path / "run",
-              data_dir=tmp_path / "data", force=True)
+    run_cells(cells("jax"), PackagesBackend({"jax": NUMPY_ONLY}), REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                                                        data_dir=tmp_path / "data",
+                                                                                        force=True))
     assert target.read_text() == "keep me\n"
     written = tmp_path / "run" / "packages" / f"{digest}.txt"
     assert not written.is_symlink() and written.read_text() == "\n".join(NUMPY_ONLY) + "\n"
@@ -79,8 +81,8 @@ def test_a_digest_that_does_not_match_the_list_never_names_the_file(tmp_path):
             result.provenance.packages_sha256 = "sha256:../../escape"
             return result
 
-    run_cells(cells("jax")[:1], Lying({"jax": NUMPY_ONLY}), REGISTRY, results_dir=tmp_path / "run",
-              data_dir=tmp_path / "data")
+    run_cells(cells("jax")[:1], Lying({"jax": NUMPY_ONLY}), REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                                                  data_dir=tmp_path / "data"))
     digest = provenance.packages_digest(NUMPY_ONLY)
     assert [p.name for p in (tmp_path / "run" / "packages").iterdir()] == [f"{digest[7:]}.txt"]
     result = read_cell_file(tmp_path / "run" / "cells" / f"{cells('jax')[0].key}.json")
@@ -89,8 +91,8 @@ def test_a_digest_that_does_not_match_the_list_never_names_the_file(tmp_path):
 
 
 def test_a_cell_without_a_package_list_writes_nothing(tmp_path):
-    run_cells(cells("jax")[:1], PackagesBackend({"jax": []}), REGISTRY, results_dir=tmp_path / "run",
-              data_dir=tmp_path / "data")
+    run_cells(cells("jax")[:1], PackagesBackend({"jax": []}), REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                                                    data_dir=tmp_path / "data"))
     assert not (tmp_path / "run" / "packages").exists()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.run_settings import RunSettings
 from orchestrator import frameworks, host, telemetry
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.docker import DockerBackend
@@ -394,8 +395,8 @@ def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monke
     """
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
     cell = Cell("pytorch", "cnn", profile="smoke", data="synthetic")
-    summary = run_cells([cell], backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                        idle_window_s=0.1)
+    summary = run_cells([cell], backend, REGISTRY, RunSettings(results_dir=tmp_path / "run",
+                                                               data_dir=tmp_path / "data", idle_window_s=0.1))
     [result] = summary.results
     assert result.status == "ok", result.reason
     stored = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json").energy

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.run_settings import RunSettings
 from orchestrator import frameworks, results
 from orchestrator.backends.local import LocalBackend
 from orchestrator.errors import UserError
@@ -30,8 +31,8 @@ def run_with(tmp_path: Path, hostile: str, *, resume: bool = False):
     body = "if request.cell.workload == 'gru':\n" + "".join(f"    {line}\n" for line in hostile.splitlines()) + \
            "else:\n    ok(request.cell).write(out)\n"
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
-    return run_cells(CELLS, backend, REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                     resume=resume)
+    return run_cells(CELLS, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data",
+                                                           resume=resume))
 
 
 def outcome(summary, workload: str) -> Result:
@@ -123,7 +124,7 @@ def test_a_cell_whose_name_is_a_path_is_refused_before_anything_runs(tmp_path):
     backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "ok(request.cell).write(out)"))
     with pytest.raises(UserError, match="is not a plain file name"):
         run_cells([Cell("pytorch", "cnn", variant="../../x", profile="smoke", data="synthetic")], backend,
-                  REGISTRY, results_dir=tmp_path / "run", data_dir=tmp_path / "data")
+                  REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data"))
     assert not (tmp_path / "x").exists()
 
 

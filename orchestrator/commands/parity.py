@@ -14,6 +14,7 @@ from orchestrator import frameworks as framework_registry, matrix as matrix_modu
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
+from orchestrator.run_settings import RunSettings
 from workloads.common import data as datasets, safe_files
 from workloads.common.hyperparams import WORKLOADS
 
@@ -31,14 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return parity_check(common_args.backend_options(args), frameworks=args.frameworks, workloads=args.workloads,
-                        results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                        force=args.force, options=args.option)
+    return parity_check(common_args.backend_options(args), RunSettings.from_args(args),
+                        frameworks=args.frameworks, workloads=args.workloads, options=args.option)
 
 
-def parity_check(backend: BackendOptions = BackendOptions(), *, frameworks: list[str] | None = None,
-                 workloads: list[str] | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
-                 timeout: float | None = None, force: bool = False, options: list[str] | None = None) -> int:
+def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettings = RunSettings(), *,
+                 frameworks: list[str] | None = None, workloads: list[str] | None = None,
+                 options: list[str] | None = None) -> int:
     """Run every framework on the canonical weights and compare its outputs with PyTorch's.
 
     `options` (--option NAME=VALUE[,VALUE]) go to every selected framework that declares them, one
@@ -63,13 +63,13 @@ def parity_check(backend: BackendOptions = BackendOptions(), *, frameworks: list
              for workload in workloads for name in names if workload in known[name].workloads
              for chosen in option_sets[name]]
     engine = registry.start(backend, known, log=console.print)
-    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
+    data_dir = Path(settings.data_dir) if settings.data_dir else datasets.default_data_dir()
     parity.write_canonical(data_dir, workloads)
-    results_dir = Path(results_dir) if results_dir else run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
+    results_dir = settings.results_dir or run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
     console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
-    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir, timeout=timeout,
-                               force=force, console=console, metadata={"mode": run_folder.MODE_PARITY},
-                               parity=True)
+    settings = settings.but(results_dir=results_dir, data_dir=data_dir, parity=True,
+                            record={"mode": run_folder.MODE_PARITY})
+    summary = runner.run_cells(cells, engine, known, settings, console=console)
     comparisons = parity.compare(summary.results)
     for name, text in (("parity.md", parity.markdown(comparisons) + "\n"),
                        ("parity.json", json.dumps([vars(c) for c in comparisons], indent=2) + "\n")):

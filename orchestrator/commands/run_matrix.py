@@ -13,7 +13,7 @@ from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
-from workloads.common import data as datasets
+from orchestrator.run_settings import RunSettings
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
 from workloads.common.result import INITS
 
@@ -84,16 +84,13 @@ def main(args: argparse.Namespace) -> int:
     selection = Selection(frameworks=args.frameworks, variants=args.variants, workloads=args.workloads,
                           precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat,
                           init=args.init, options=args.option, seed=args.seed)
-    return run_matrix(selection, common_args.backend_options(args), matrix_file=args.matrix,
-                      results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout,
-                      resume=args.resume, force=args.force, render_report=not args.no_report,
-                      idle_window_s=args.idle_window)
+    settings = RunSettings.from_args(args, resume=args.resume, render_report=not args.no_report,
+                                     idle_window_s=args.idle_window)
+    return run_matrix(selection, common_args.backend_options(args), settings, matrix_file=args.matrix)
 
 
-def run_matrix(selection: Selection = Selection(), backend: BackendOptions = BackendOptions(), *,
-               matrix_file: Path | None = None, results_dir: Path | None = None, data_dir: Path | None = None,
-               timeout: float | None = None, resume: bool = False, force: bool = False,
-               render_report: bool = True, idle_window_s: float = telemetry.IDLE_WINDOW_S) -> int:
+def run_matrix(selection: Selection = Selection(), backend: BackendOptions = BackendOptions(),
+               settings: RunSettings = RunSettings(), *, matrix_file: Path | None = None) -> int:
     """Run the selected cells on the chosen backend; exit code 1 when a cell failed or timed out."""
     from orchestrator import run_folder, runner  # rich progress and the report are only needed here
 
@@ -107,30 +104,26 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
     if not cells:
         raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
                         "against `python -m orchestrator list`")
-    if timeout is not None and timeout <= 0:
-        raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
     engine = registry.start(backend, known, log=console.print)
-    if results_dir is None:
-        results_dir = run_folder.latest_results_dir() if resume else run_folder.new_results_dir()
-    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
+    results_dir = settings.results_dir or (run_folder.latest_results_dir() if settings.resume
+                                           else run_folder.new_results_dir())
     seed = selection.seed
-    if seed is None and resume:
+    if seed is None and settings.resume:
         seed = recorded_seed(results_dir)  # the remaining cells keep the order the run drew
     if seed is None:
         seed = matrix_module.new_seed()
     cells = matrix_module.run_order(cells, seed)
     console.print(f"{len(cells)} cell(s) ({matrix.profile} profile, {matrix.data} data, {matrix.repeats} repeat(s), "
                   f"{matrix.init} init, order seed {seed}) -> {results_dir}")
-    summary = runner.run_cells(cells, engine, known, results_dir=results_dir, data_dir=data_dir,
-                               resume=resume, force=force, timeout=timeout, console=console,
-                               accelerator_types=matrix.accelerator_types(), idle_window_s=idle_window_s,
-                               metadata={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data,
-                                         "repeat": matrix.repeats, "init": matrix.init, "seed": seed,
-                                         "options": {entry.name: entry.options for entry in matrix.frameworks
-                                                     if entry.options},
-                                         "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
+    settings = settings.but(
+        results_dir=results_dir, accelerator_types=matrix.accelerator_types(),
+        record={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data, "repeat": matrix.repeats,
+                "init": matrix.init, "seed": seed,
+                "options": {entry.name: entry.options for entry in matrix.frameworks if entry.options},
+                "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
+    summary = runner.run_cells(cells, engine, known, settings, console=console)
     left_out_code = 0
-    if render_report:
+    if settings.render_report:
         from orchestrator.commands.report import render
 
         left_out_code = left_out(render(results_dir).unreadable)
