@@ -442,7 +442,7 @@ def gone(client, tag: str, within: float = 60.0) -> bool:
 def test_a_node_writes_a_dataset_only_after_checking_the_published_checksum(tmp_path):
     import hashlib
 
-    from orchestrator.backends.ray_backend import install_dataset
+    from orchestrator.backends.ray.node import install_dataset
     from workloads.common.data import RemoteFile
 
     content = b"the published archive"

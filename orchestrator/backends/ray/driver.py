@@ -1,13 +1,6 @@
-"""The Ray backend: every cell a Ray task on a node of a cluster, run there by the node's own backend.
+"""The driver's side of the Ray backend: RayBackend and its dispatch, on the driver only.
 
-The driver (this process) connects to a cluster (`--ray-address HOST:PORT`) or starts a local Ray
-instance bound to 127.0.0.1, and hands each cell to a node as a Ray task; the task runs the Docker
-backend on that node (the node's own engine, the image by tag and digest from `--registry`), or the
-local backend (`--node-backend local`), and sends back the Result and the cell's log, which the
-driver writes into the run folder as it arrives. Ray is imported here only: it is an optional extra
-(`pip install -e ".[ray]"`).
-
-Placement is decided on the driver from Ray's node table, and enforced by Ray's resources:
+Placement is decided here from Ray's node table, and enforced by Ray's resources:
   - a CUDA cell asks for one GPU (`num_gpus=1`) on a node that has one (and, with
     `--accelerator-type NAME`, carries the label accelerator-type=NAME or Ray's
     accelerator_type:NAME resource); Ray sets CUDA_VISIBLE_DEVICES in the task, and exactly that
@@ -23,127 +16,44 @@ failed result and never retried. Ctrl-C or SIGTERM cancels what is outstanding (
 the tasks first, so the node backend removes its container as it unwinds; then by force) and a
 clean-up task on every node removes whatever container of this run is left.
 
-Data: the driver prepares and verifies the datasets as ever; each verified archive goes into the
-object store once (ray.put), and a node writes it into its own data cache only after checking the
-published checksum on the very bytes received, or verifies the copy its cache already holds.
+Data: each verified archive goes into the object store once (ray.put); node.install_dataset.
+
+Ray itself is handed in (connect.start imports it), never imported here: a test may hand a stand-in.
+Connecting is connect.py; what runs on a node is node.py; what a node hands back is answer.py.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import tempfile
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from rich.markup import escape
 
-from orchestrator.backends import SPEED_VARIABLES, CellJob, inherited_speed_variables
+from orchestrator.backends import CellJob, inherited_speed_variables
+from orchestrator.backends.ray import node as node_side
 from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
-RAY_EXTRA = 'pip install -e ".[ray]"'
 ACCELERATOR_LABEL = "accelerator-type"  # the node label `--accelerator-type` matches (ray start --labels)
-NODE_BACKENDS = ("docker", "local")
-CONNECT_TIMEOUT_S = 10.0
 NODE_TABLE_REFRESH_S = 5.0
 CANCEL_GRACE_S = 10.0  # after a polite cancel, how long the tasks get to remove their containers
-CLEANUP_TIMEOUT_S = 60.0
-LOG_LIMIT_BYTES = 64 << 20
-_STOPPING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))  # a cell's log shipped back to the driver: its last 64 MiB
 
 
-def import_ray():
-    """Ray, or one line naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError:
-        raise UserError(f"--backend ray needs Ray, which is not installed: install the extra with "
-                        f"{RAY_EXTRA} (on the driver and on every node)") from None
-    return ray
+def alive_nodes(ray) -> list[dict]:
+    return [entry for entry in ray.nodes() if entry.get("Alive")]
 
-
-def check_address(address: str) -> tuple[str, int]:
-    """HOST:PORT, answering on TCP now: else one line (an unreachable head would have Ray wait long)."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--ray-address {address!r}: give the head node's HOST:PORT, e.g. 10.0.0.5:6379")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as error:
-        raise UserError(f"--ray-address {address}: no Ray head answers there ({error.strerror or error}); "
-                        f"start one with `ray start --head --node-ip-address=HOST --port={port}` or check the "
-                        f"address") from None
-    return host, int(port)
-
-
-def start(frameworks: dict, options, log: Callable[[str], None]) -> "RayBackend":
-    """The registry's factory: connect to (or start) the cluster."""
-    if options.python and options.node_backend != "local":
-        raise UserError("--python runs cells with an interpreter of the node: it needs --node-backend local")
-    if options.node_backend not in NODE_BACKENDS:
-        raise UserError(f"--node-backend {options.node_backend!r}: choose from {', '.join(NODE_BACKENDS)}")
-    if options.gpus:
-        raise UserError("--gpus picks this host's GPUs; on --backend ray every CUDA cell gets one GPU of the "
-                        "node it runs on (use --accelerator-type to choose the GPU model)")
-    if options.ray_address:
-        check_address(options.ray_address)
-        use_token_when_there_is_one()  # before Ray is imported: it reads the mode once
-    ray = import_ray()
-    # Ray's core installs its own SIGTERM handler (it logs and exits): keep ours, which stops a run
-    # as Ctrl-C does (the tasks cancelled, the nodes' containers removed, finished cells kept).
-    handlers = {number: signal.getsignal(number) for number in _STOPPING_SIGNALS}
-    try:
-        if options.ray_address:
-            ray.init(address=options.ray_address, logging_level="WARNING", log_to_driver=False)
-        else:  # a fresh local instance, on the loopback interface only
-            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                     logging_level="WARNING", log_to_driver=False)
-    except Exception as error:  # Ray raises ConnectionError, RuntimeError, its own AuthenticationError...
-        where = options.ray_address or "a local Ray instance"
-        raise UserError(f"could not connect to {where}: {first_line(error)}") from None
-    finally:
-        if threading.current_thread() is threading.main_thread():  # elsewhere Python keeps no handlers
-            for number, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(number, handler)
-    where = options.ray_address or "a local Ray instance on 127.0.0.1"
-    log(f"Ray {ray.__version__}: {where}, {len(_alive_nodes(ray))} node(s); cells run with the "
-        f"{options.node_backend} backend on each node")
-    return RayBackend(frameworks, options, log)
-
-
-def use_token_when_there_is_one() -> None:
-    """Current Ray turns token authentication on for the clusters `ray start` makes, but a driver
-    that connects presents the token only in token mode: turn it on when a token is at hand
-    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and RAY_AUTH_MODE says nothing.
-    The token is never read here, nor recorded anywhere."""
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
-def _alive_nodes(ray) -> list[dict]:
-    return [node for node in ray.nodes() if node.get("Alive")]
-
-
-# --- the driver -------------------------------------------------------------------------------------
 
 class RayBackend:
     """A Backend with a dispatcher of its own (many cells at once, on many nodes)."""
 
-    def __init__(self, frameworks: dict, options, log: Callable[[str], None] = print):
+    def __init__(self, frameworks: dict, options, log: Callable[[str], None] = print, *, ray):
         self.frameworks = frameworks
         self.options = options
         self.log = log
+        self.ray = ray  # the Ray module connect.start connected
         self.name = f"ray/{options.node_backend}"
         self.session = uuid.uuid4().hex[:12]
 
@@ -192,8 +102,11 @@ class _Flight:
 
 class RayDispatch:
     def __init__(self, backend: RayBackend, *, progress=None, task=None):
-        self.ray = import_ray()
+        self.ray = backend.ray
         self.backend = backend
+        # the node's functions as Ray tasks: Ray ships them by name, a node imports node.py itself
+        self.cell_task = self.ray.remote(node_side.run_on_node)
+        self.cleanup_task = self.ray.remote(node_side.clean_node)
         self.options = backend.options
         self.progress, self.task = progress, task
         self.queue: list[tuple[CellJob, list[str]]] = []  # waiting: the job, the tries lost so far
@@ -208,13 +121,11 @@ class RayDispatch:
         self.done = self.failed = 0
         self._refresh_nodes(force=True)
 
-    # --- the cluster --------------------------------------------------------------------------
-
     def _refresh_nodes(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._nodes_read < NODE_TABLE_REFRESH_S:
             return
         try:
-            alive = _alive_nodes(self.ray)
+            alive = alive_nodes(self.ray)
         except Exception as error:
             raise self._lost(error) from None
         table = {}
@@ -249,9 +160,7 @@ class RayDispatch:
 
     def _why_not(self, job: CellJob) -> str:
         wanted = self._wanted(job)
-        if job.device == "cuda":
-            return f"no node with a GPU{f' of type {wanted}' if wanted else ''}"
-        return "no node"
+        return f"no node with a GPU{f' of type {wanted}' if wanted else ''}" if job.device == "cuda" else "no node"
 
     # --- Dispatch -----------------------------------------------------------------------------
 
@@ -316,21 +225,23 @@ class RayDispatch:
         return min(free, key=lambda node: node.running) if free else None
 
     def _launch(self, job: CellJob, node: _Node, tries: list[str]) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         cuda = job.device == "cuda"
         needed = {} if job.cell.data != "real" else {
             name: ref for name, ref in self._datasets_of(job.cell).items()}
         try:
-            ref = _cell_task().options(
+            ref = self.cell_task.options(
                 num_cpus=0, num_gpus=1 if cuda else 0, max_retries=0, name=f"rosetta:{job.cell.key}",
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                scheduling_strategy=self._pinned_to(node.node_id),
             ).remote(job, self.options, self.backend.session, needed, inherited_speed_variables())
         except Exception as error:
             raise self._lost(error) from None
         node.running += 1
         node.gpu_running += cuda
         self.running[ref] = _Flight(job, node, list(tries))
+
+    def _pinned_to(self, node_id: str):
+        """Ray's strategy that runs a task on that node or nowhere (placement is decided here)."""
+        return self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
 
     def _datasets_of(self, cell: Cell) -> dict:
         from workloads.common import declaration
@@ -468,12 +379,9 @@ class RayDispatch:
                 except Exception:
                     pass  # it ended meanwhile
             self._refresh_nodes(force=True)
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            cleanups = [_cleanup_task().options(num_cpus=0, max_retries=0,
-                                                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+            cleanups = [self.cleanup_task.options(num_cpus=0, max_retries=0, scheduling_strategy=self._pinned_to(node))
                         .remote(self.backend.session, self.options.node_backend) for node in self._alive]
-            removed = sum(ray.get(cleanups, timeout=CLEANUP_TIMEOUT_S))
+            removed = sum(ray.get(cleanups, timeout=node_side.CLEANUP_TIMEOUT_S))
             if removed:
                 self.backend.log(f"removed {removed} container(s) of this run from the nodes")
         except Exception as error:
@@ -488,138 +396,3 @@ class RayDispatch:
             pass
 
 
-# --- the node side ----------------------------------------------------------------------------------
-
-_TASKS: dict[str, object] = {}
-
-
-def _cell_task():
-    if "cell" not in _TASKS:
-        ray = import_ray()
-        _TASKS["cell"] = ray.remote(run_on_node)
-    return _TASKS["cell"]
-
-
-def _cleanup_task():
-    if "cleanup" not in _TASKS:
-        ray = import_ray()
-        _TASKS["cleanup"] = ray.remote(clean_node)
-    return _TASKS["cleanup"]
-
-
-def node_scratch(session: str) -> Path:
-    """This run's scratch folder on a node (its cells' work folders and logs until shipped back)."""
-    return Path(os.environ.get("ROSETTA_NODE_SCRATCH") or tempfile.gettempdir()) / f"rosetta-ray-{session}"
-
-
-def install_dataset(remote, content_ref, data_dir: Path, get: Callable) -> None:
-    """The node's copy of a published archive, verified: the one in its cache when it checks out,
-    else the driver's bytes (fetched from the object store only then), checked against the
-    published digest before they are written. Nothing unverified is ever written or read."""
-    from workloads.common.data import checksum
-    from workloads.common.data.files import write_atomically
-
-    target = Path(data_dir) / remote.filename
-    if target.is_file():
-        try:
-            checksum.verify_present_file(remote, target)
-            return
-        except Exception:
-            pass  # corrupt: replaced by the verified bytes below
-    content = get(content_ref)
-    hasher = checksum.new_hasher(remote.algorithm)
-    hasher.update(content)
-    if hasher.hexdigest() != remote.digest.lower():
-        raise UserError(f"{remote.name}: the bytes received do not match the published {remote.algorithm}; "
-                        f"not written")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(target, content)
-    checksum.write_stamp(remote, target)
-
-
-def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_variables: dict | None = None) -> dict:
-    """The Ray task: run one cell with this node's backend; the Result, the log, where it ran.
-
-    ``speed_variables``: the thread and math-library variables the driver's host sets
-    (backends.SPEED_VARIABLES). Ray sets OMP_NUM_THREADS=1 in a task that asks for no CPU, which
-    the node backend would hand on: the cell would run single-threaded. The cell gets exactly the
-    driver's, as it would on one host."""
-    import ray
-
-    for name in SPEED_VARIABLES:
-        os.environ.pop(name, None)
-    os.environ.update(speed_variables or {})
-    from orchestrator import frameworks as framework_registry
-    from orchestrator.backends import registry
-    from workloads.common import data
-
-    started = time.perf_counter()
-    node_facts = {"hostname": socket.gethostname()}
-    cuda = job.device == "cuda"
-    gpus = ",".join(str(index) for index in ray.get_gpu_ids()) if cuda else None
-    if gpus:
-        node_facts["gpus"] = gpus
-    scratch = node_scratch(session)
-    log_path = scratch / "logs" / f"{job.cell.key}.log"
-    data_dir = data.default_data_dir()
-    node_job = replace(job, work_dir=scratch / "work" / job.cell.key, log_path=log_path, data_dir=data_dir,
-                       export_dir=None)
-    try:
-        try:
-            for name, (remote, ref) in datasets.items():
-                install_dataset(remote, ref, data_dir, ray.get)
-                data.prepare(name, data_dir, offline=True)  # parses into the node's cache, verified again
-            if job.parity:
-                from orchestrator import parity
-
-                parity.write_canonical(data_dir, [job.cell.workload])
-            frameworks = framework_registry.discover()
-            node_options = replace(options, backend=options.node_backend, gpus=gpus)
-            backend = registry.REGISTRY[options.node_backend].factory(frameworks, node_options, lambda line: None)
-            if hasattr(backend, "session"):
-                backend.session = session  # labels its containers with this run's id: the clean-up finds them
-            variant = frameworks[job.cell.framework].variant(job.cell.variant)
-            reason = backend.unsupported_reason(job.cell, variant)
-            if reason:
-                result = Result(cell=job.cell, status="unsupported", reason=reason)
-            else:
-                result = backend.run_cell(node_job)
-        except (UserError, data.DataError) as error:
-            result = Result(cell=job.cell, status="failed", reason=f"on {node_facts['hostname']}: {error}")
-        log = b""
-        if log_path.is_file():
-            with open(log_path, "rb") as stream:
-                stream.seek(max(0, log_path.stat().st_size - LOG_LIMIT_BYTES))
-                log = stream.read()
-    finally:
-        try:
-            log_path.unlink()
-        except OSError:
-            pass
-    return {"result": result, "log": log, "wall_time_s": time.perf_counter() - started, **node_facts}
-
-
-def clean_node(session: str, node_backend: str) -> int:
-    """After a cancelled run: remove this run's containers and scratch on this node; how many containers."""
-    removed = 0
-    if node_backend == "docker":
-        from orchestrator.backends import docker as docker_backend
-
-        import docker
-
-        label = f"{docker_backend.SESSION_LABEL}={session}"
-        try:
-            client = docker_backend.connect()
-        except UserError:
-            client = None  # no engine here: no container either
-        deadline = time.monotonic() + CLEANUP_TIMEOUT_S / 2
-        while client is not None:
-            try:
-                removed += docker_backend.remove_leftover_containers(client, session=session)
-            except docker.errors.APIError:
-                pass  # a removal the cancelled task started is still under way (409): wait for it
-            if not client.containers.list(all=True, filters={"label": label}) or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-    shutil.rmtree(node_scratch(session), ignore_errors=True)
-    return removed
