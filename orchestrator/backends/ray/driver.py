@@ -16,15 +16,14 @@ failed result and never retried. Ctrl-C or SIGTERM cancels what is outstanding (
 the tasks first, so the node backend removes its container as it unwinds; then by force) and a
 clean-up task on every node removes whatever container of this run is left.
 
-Data: each verified archive goes into the object store once (ray.put); node.install_dataset.
-
-Ray itself is handed in (connect.start imports it), never imported here: a test may hand a stand-in.
-Connecting is connect.py; what runs on a node is node.py; what a node hands back is answer.py.
+Ray is handed in by connect.start (a test may hand a stand-in); node.py runs on the nodes, answer.py
+says what they hand back and checks it.
 """
 from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -32,6 +31,7 @@ from typing import Callable, Iterator
 from rich.markup import escape
 
 from orchestrator.backends import CellJob, inherited_speed_variables
+from orchestrator.backends.ray import answer as node_answer
 from orchestrator.backends.ray import node as node_side
 from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
@@ -118,7 +118,7 @@ class RayDispatch:
         # (Ray may still list a killed node as alive for a few seconds)
         self.lost_on: dict[str, set[str]] = {}
         self._nodes_read = 0.0
-        self.done = self.failed = 0
+        self.counts: Counter = Counter()  # done, failed: for the progress line
         self._refresh_nodes(force=True)
 
     def _refresh_nodes(self, force: bool = False) -> None:
@@ -162,8 +162,6 @@ class RayDispatch:
         wanted = self._wanted(job)
         return f"no node with a GPU{f' of type {wanted}' if wanted else ''}" if job.device == "cuda" else "no node"
 
-    # --- Dispatch -----------------------------------------------------------------------------
-
     def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
         unplaceable: dict[str, list[str]] = {}
         for job in jobs:
@@ -191,9 +189,9 @@ class RayDispatch:
 
     def submit(self, job: CellJob) -> None:
         if job.onnx_model:
-            self.ready.append((job, Result(cell=job.cell, status="failed", reason=(
+            self._file(job, Result(cell=job.cell, status="failed", reason=(
                 "an exported ONNX model is not shipped to Ray nodes yet: run this engine's cells with "
-                "--backend docker or local"))))
+                "--backend docker or local")))
             return
         self.queue.append((job, []))
         self._launch_waiting()
@@ -205,8 +203,7 @@ class RayDispatch:
             node = self._free_node(job)
             if node is None:
                 if not self._eligible(job):  # its nodes are gone: placed nowhere, said so
-                    self.ready.append((job, self._lost_result(job, tries, f"{self._why_not(job)} is left "
-                                                                          f"in the cluster")))
+                    self._file(job, self._lost_result(job, tries, f"{self._why_not(job)} is left in the cluster"))
                 else:
                     waiting.append((job, tries))
                 continue
@@ -226,8 +223,7 @@ class RayDispatch:
 
     def _launch(self, job: CellJob, node: _Node, tries: list[str]) -> None:
         cuda = job.device == "cuda"
-        needed = {} if job.cell.data != "real" else {
-            name: ref for name, ref in self._datasets_of(job.cell).items()}
+        needed = self._datasets_of(job.cell) if job.cell.data == "real" else {}
         try:
             ref = self.cell_task.options(
                 num_cpus=0, num_gpus=1 if cuda else 0, max_retries=0, name=f"rosetta:{job.cell.key}",
@@ -279,72 +275,75 @@ class RayDispatch:
             self._show()
 
     def _finished(self, ref) -> None:
-        ray = self.ray
+        """File what a node's task gave back: its answer, checked as untrusted data, or what Ray's error
+        means (answer.error_outcome), never a traceback. A stopping run's tasks end in cancel(), never
+        here: a task found cancelled here was cancelled by someone else, and its cell gets a result."""
         flight = self.running.pop(ref)
         flight.node.running -= 1
         flight.node.gpu_running -= flight.job.device == "cuda"
-        job = flight.job
+        job, where = flight.job, flight.node.short
         try:
-            answer = ray.get(ref)
-        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
-                ray.exceptions.TaskUnschedulableError, ray.exceptions.LocalRayletDiedError,
-                ray.exceptions.RaySystemError) as error:
-            tries = [*flight.tries, f"lost on node {flight.node.short}: {type(error).__name__}"]
-            self.lost_on.setdefault(job.cell.key, set()).add(flight.node.node_id)
-            self._refresh_nodes(force=True)
-            if len(tries) <= self.options.max_retries:
-                self.backend.log(f"[yellow]{escape(job.cell.key)}: lost on {flight.node.short} "
-                                 f"({type(error).__name__}); trying again on another node[/yellow]")
-                self.queue.insert(0, (job, tries))
-            else:
-                self._count(self._keep(job, self._lost_result(job, tries, "infrastructure failures only")))
+            answer = self.ray.get(ref)
+        except Exception as error:
+            outcome, why = node_answer.error_outcome(error, self.ray.exceptions, where)
+            if outcome == node_answer.LOST:
+                self._lost_try(flight, why)
+            else:  # failed, or cancelled by someone else
+                self._keep(job, Result(cell=job.cell, status="failed", reason=why), flight)
             return
-        except ray.exceptions.TaskCancelledError:
+        try:
+            checked = node_answer.check(answer, job.cell, where)
+        except node_answer.Refused as refusal:
+            self._keep(job, Result(cell=job.cell, status="failed", reason=str(refusal)), flight)
             return
-        except ray.exceptions.RayTaskError as error:  # the node side itself broke: not retried
-            result = Result(cell=job.cell, status="failed", reason=f"on node {flight.node.short}: "
-                                                                   f"{first_line(error.cause or error)}")
-            self._count(self._keep(job, result, flight))
-            return
-        result = answer["result"]
-        self._write_log(job, answer.get("log") or b"")
-        result.wall_time_s = answer.get("wall_time_s")
-        self._count(self._keep(job, result, flight, answer))
+        self._write_log(job, checked.log)
+        self._keep(job, checked.result, flight, checked)
 
-    def _keep(self, job: CellJob, result: Result, flight: _Flight | None = None, answer: dict | None = None) -> Result:
-        result.provenance.backend = self.backend.name
-        cluster = {"ray_version": self.ray.__version__}
-        if flight is not None:
-            node = flight.node
-            cluster.update(node_id=node.node_id, node_address=node.address, accelerator_type=node.accelerator or "")
-            tries = flight.tries
+    def _lost_try(self, flight: _Flight, why: str) -> None:
+        """A try lost with its node or worker: again on another node, within --max-retries."""
+        job, tries = flight.job, [*flight.tries, why]
+        self.lost_on.setdefault(job.cell.key, set()).add(flight.node.node_id)
+        self._refresh_nodes(force=True)
+        if len(tries) <= self.options.max_retries:
+            self.backend.log(f"[yellow]{escape(job.cell.key)}: {escape(why)}; trying again on another node[/yellow]")
+            self.queue.insert(0, (job, tries))
         else:
-            tries = []
-        if answer:
-            cluster["hostname"] = answer.get("hostname") or ""
-            if answer.get("gpus"):
-                cluster["gpus"] = answer["gpus"]
-        cluster["tries"] = str(len(tries) + (flight is not None))
-        for number, why in enumerate(tries, start=1):
-            cluster[f"try_{number}"] = why
+            self._file(job, self._lost_result(job, tries, "infrastructure failures only"))
+
+    def _keep(self, job: CellJob, result: Result, flight: _Flight,
+              answer: node_answer.CheckedAnswer | None = None) -> None:
+        """`result` of the try `flight`, with where it ran (provenance.cluster), ready to hand over."""
+        result.provenance.backend = self.backend.name
+        cluster = self._cluster_provenance(job, flight.tries)
+        node = flight.node
+        cluster.update(node_id=node.node_id, node_address=node.address, accelerator_type=node.accelerator or "",
+                       tries=str(len(flight.tries) + 1))
+        if answer:  # the node's checked facts; its git revision never empty (the runner would file the driver's)
+            result.wall_time_s = answer.wall_time_s
+            result.provenance.git_revision = answer.git_revision or node_answer.UNKNOWN_REVISION
+            cluster["hostname"] = answer.hostname
+            if answer.gpus:
+                cluster["gpus"] = answer.gpus
         result.provenance.cluster = cluster
-        self.ready.append((job, result))
-        return result
+        self._file(job, result)
+
+    def _cluster_provenance(self, job: CellJob, tries: list[str]) -> dict[str, str]:
+        """provenance.cluster's common part: Ray's version, the driver's git revision (the node's is
+        provenance.git_revision: a mismatch shows), the tries lost and why."""
+        return {"ray_version": self.ray.__version__, "driver_git_revision": job.git_revision or "",
+                "tries": str(len(tries)), **{f"try_{n}": why for n, why in enumerate(tries, start=1)}}
 
     def _lost_result(self, job: CellJob, tries: list[str], note: str) -> Result:
-        result = Result(cell=job.cell, status="failed",
-                        reason=f"lost {len(tries)} time(s) to the cluster ({'; '.join(tries) or 'never placed'}); "
-                               f"{note}")
+        result = Result(cell=job.cell, status="failed", reason=f"lost {len(tries)} time(s) to the cluster "
+                                                               f"({'; '.join(tries) or 'never placed'}); {note}")
         result.provenance.backend = self.backend.name
-        result.provenance.cluster = {"ray_version": self.ray.__version__, "tries": str(len(tries)),
-                                     **{f"try_{n}": why for n, why in enumerate(tries, start=1)}}
+        result.provenance.cluster = self._cluster_provenance(job, tries)
         return result
 
-    def _count(self, result: Result) -> None:
-        if result.status in ("ok", "unsupported"):
-            self.done += 1
-        else:
-            self.failed += 1
+    def _file(self, job: CellJob, result: Result) -> None:
+        """Hand `result` over at the next gather, counted in the progress line."""
+        self.ready.append((job, result))
+        self.counts["done" if result.status in ("ok", "unsupported") else "failed"] += 1
 
     @staticmethod
     def _write_log(job: CellJob, content: bytes) -> None:
@@ -359,7 +358,8 @@ class RayDispatch:
         for flight in self.running.values():
             per_node[flight.node.short] = per_node.get(flight.node.short, 0) + 1
         running = ", ".join(f"{name} {count}" for name, count in sorted(per_node.items())) or "none"
-        self.progress.update(self.task, description=f"running: {running} | done {self.done} | failed {self.failed} "
+        done, failed = self.counts["done"], self.counts["failed"]
+        self.progress.update(self.task, description=f"running: {running} | done {done} | failed {failed} "
                                                     f"| waiting {len(self.queue)}")
 
     def cancel(self) -> None:

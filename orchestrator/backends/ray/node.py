@@ -72,8 +72,9 @@ def _node_backend(options, frameworks: dict, gpus: str | None, session: str):
 
 
 def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_variables: dict | None = None) -> dict:
-    """The Ray task: run one cell with this node's backend; its answer (answer.py): the result, the
-    log, where it ran.
+    """The Ray task: run one cell with this node's backend; its answer (answer.make): the result's
+    JSON, the log, where it ran and the git revision of the checkout it ran (this node's own, which
+    the cell records too: the driver's may differ).
 
     ``speed_variables``: the thread and math-library variables the driver's host sets
     (backends.SPEED_VARIABLES). Ray sets OMP_NUM_THREADS=1 in a task that asks for no CPU, which
@@ -84,20 +85,19 @@ def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_varia
     for name in SPEED_VARIABLES:
         os.environ.pop(name, None)
     os.environ.update(speed_variables or {})
-    from orchestrator import frameworks as framework_registry
+    from orchestrator import frameworks as framework_registry, host
     from workloads.common import data
 
     started = time.perf_counter()
-    node_facts = {"hostname": socket.gethostname()}
+    hostname = socket.gethostname()
+    revision = host.git_revision()
     cuda = job.device == "cuda"
     gpus = ",".join(str(index) for index in ray.get_gpu_ids()) if cuda else None
-    if gpus:
-        node_facts["gpus"] = gpus
     scratch = node_scratch(session)
     log_path = scratch / "logs" / f"{job.cell.key}.log"
     data_dir = data.default_data_dir()
     node_job = replace(job, work_dir=scratch / "work" / job.cell.key, log_path=log_path, data_dir=data_dir,
-                       export_dir=None)
+                       export_dir=None, git_revision=revision)
     try:
         try:
             for name, (remote, ref) in datasets.items():
@@ -116,14 +116,15 @@ def run_on_node(job: CellJob, options, session: str, datasets: dict, speed_varia
             else:
                 result = backend.run_cell(node_job)
         except (UserError, data.DataError) as error:
-            result = Result(cell=job.cell, status="failed", reason=f"on {node_facts['hostname']}: {error}")
+            result = Result(cell=job.cell, status="failed", reason=f"on {hostname}: {error}")
         log = node_answer.log_tail(log_path)
     finally:
         try:
             log_path.unlink()
         except OSError:
             pass
-    return node_answer.make(result, log, time.perf_counter() - started, **node_facts)
+    return node_answer.make(result, log, time.perf_counter() - started, hostname=hostname, gpus=gpus or None,
+                            git_revision=revision)
 
 
 def clean_node(session: str, node_backend: str) -> int:
