@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -269,3 +270,19 @@ def test_a_log_is_shipped_capped_to_its_last_bytes(tmp_path, monkeypatch):
     with pytest.raises(node_answer.Refused, match=r"bad log \(larger than 8 bytes\)"):
         node_answer.check(answer(matrix(1)[0], log=b"0123456789"), matrix(1)[0], "10.0.0.1/aaaaaa")
 
+
+def test_the_trust_model_says_what_a_ray_node_can_do_each_line_naming_a_test_that_exists():
+    """docs/RUN-GUARANTEES.md's "What a Ray node can do", and the README's Ray part, say that cluster
+    membership is full trust; each line of the section names the tests that check it."""
+    root = Path(__file__).resolve().parent.parent
+    guarantees = (root / "docs" / "RUN-GUARANTEES.md").read_text()
+    assert "### What a Ray node can do" in guarantees
+    section = guarantees.split("### What a Ray node can do", 1)[1].split("\n#", 1)[0]
+    lines = section.split("\n- ")[1:]
+    assert len(lines) >= 5 and "Cluster membership is full trust" in lines[0]
+    for line in lines:
+        named = re.findall(r"(test_\w+\.py)::(\w+)", line)
+        assert named, f"names no test: {line[:80]}"
+        for file, test in named:
+            assert re.search(rf"^def {test}\(", (root / "tests" / file).read_text(), re.M), (file, test)
+    assert "Every member of the cluster is fully trusted" in (root / "README.md").read_text()
