@@ -172,6 +172,7 @@ def fake_interpreter(folder: Path) -> str:
         print("cell", cell.key, "ran")
         result = {ok_result_source('cell')}
         result.provenance.hostname = socket.gethostname()
+        result.provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION")  # as the harness records it
         result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
                                           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "-"),
                                           "BEGAN": repr(began), "ENDED": repr(time.time())}}
@@ -212,7 +213,7 @@ def run(cluster, tmp_path, cells, *, backend_options=None, resume=False, acceler
 
     engine = registry.start(backend_options or options(cluster), REGISTRY, log=lambda line: None)
     return run_cells(cells, engine, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data",
-                                                          resume=resume, accelerator_types=accelerator_types))
+                                                          resume=resume, accelerator_types=accelerator_types or {}))
 
 
 def cells(workloads=("cnn", "gru"), variant="cpu", repeats=1) -> list[Cell]:
@@ -224,8 +225,12 @@ def written(tmp_path) -> dict[str, dict]:
     return {path.stem: json.loads(path.read_text()) for path in (tmp_path / "run" / "cells").glob("*.json")}
 
 
-def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_path):
+def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_path, monkeypatch):
+    from orchestrator import host
+
     os.environ.pop("RAY_ADDRESS", None)
+    node_revision = host.git_revision() or "unknown"  # the nodes run this checkout...
+    monkeypatch.setattr(host, "git_revision", lambda: "driver-checkout-stand-in")  # ...the driver another
     matrix = cells(("cnn", "gru", "resnet50")) + cells(("cnn",), variant="cu128")
     summary = run(cluster, tmp_path, matrix, backend_options=options(cluster, accelerator_type=LABEL))
     assert [result.status for result in summary.results].count("ok") == len(matrix), \
@@ -240,6 +245,9 @@ def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_p
         assert document["provenance"]["backend"] == "ray/local"
         assert where["node_id"] in nodes and where["tries"] == "1" and where["ray_version"] == ray_version()
         assert where["node_address"] == addresses[where["node_id"]] and where["hostname"] == socket.gethostname()
+        # the revision of the checkout the node ran (the cell records it too), the driver's beside it
+        assert document["provenance"]["git_revision"] == node_revision
+        assert where["driver_git_revision"] == "driver-checkout-stand-in"
         if "__cu128__" in key:  # the CUDA cell on the node with the GPU, and only that device
             assert where["node_id"] == cluster.gpu_id and where["accelerator_type"] == LABEL
             assert where["gpus"] == "0" and document["provenance"]["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
@@ -255,6 +263,50 @@ def test_a_smoke_matrix_over_two_nodes_lands_where_placement_says(cluster, tmp_p
         assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:])), spans
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_json["invocations"][-1]["backend"] == "ray/local"
+
+
+def test_a_hostile_nodes_answer_fails_only_its_cell_and_names_no_file(cluster, tmp_path, monkeypatch):
+    """A node running other code than ours (its checkout changed, or a hostile member of the
+    cluster) hands back what it likes: each such answer is that cell failed, one line, filed under
+    the driver's names only; an honest answer beside them is ok."""
+    from orchestrator.backends.ray import node
+
+    def other_code_on_the_node(job, options, session, datasets, speed_variables=None):
+        # runs on a real node (Ray ships a function defined here by value): no name of the test module
+        import json
+        import socket
+
+        from workloads.common.result import Cell, Metrics, Provenance, Result
+
+        def ok(cell):
+            return Result(cell, phases={"train": 1.0}, metrics=Metrics(steady_samples_per_s=1.0, images_per_s=1.0),
+                          provenance=Provenance(framework_version="0.0-stand-in"))
+
+        def plain(result):
+            return json.dumps(result.to_dict()).encode()
+
+        honest = {"result": plain(ok(job.cell)), "log": b"ran on a node\n", "wall_time_s": 1.0,
+                  "hostname": socket.gethostname(), "gpus": None, "git_revision": None}
+        outside = Cell("../../outside", "cnn", variant="cpu", profile="smoke", data="synthetic")
+        return [{**honest, "result": ok(job.cell)},  # an object where plain values belong
+                {**honest, "result": plain(ok(outside))},  # a result naming a path, another cell
+                {**honest, "hostname": "../../outside\n" * 1000, "wall_time_s": float("inf")},
+                honest][job.cell.repeat]
+
+    monkeypatch.setattr(node, "run_on_node", other_code_on_the_node)
+    matrix = cells(("cnn",), repeats=4)
+    summary = run(cluster, tmp_path, matrix)
+    results = {result.cell.key: result for result in summary.results}
+    reasons = [results[cell.key].reason for cell in matrix[:3]]
+    assert [results[cell.key].status for cell in matrix] == ["failed", "failed", "failed", "ok"], reasons
+    assert "answered with a bad result (must be bytes, not Result)" in reasons[0]
+    assert "its result names another cell ('../../outside__cpu__cnn" in reasons[1]
+    assert "answered with a bad wall_time_s (inf is not" in reasons[2]
+    assert all(reason.isprintable() for reason in reasons)
+    assert sorted(written(tmp_path)) == sorted(cell.key for cell in matrix)
+    assert sorted(path.name for path in (tmp_path / "run" / "logs").iterdir()) == sorted(
+        f"{cell.key}.log" for cell in matrix)
+    assert {path.name for path in tmp_path.iterdir()} <= {"data", "run"}
 
 
 def test_cells_no_node_can_take_are_named_before_anything_starts(cluster, tmp_path):
@@ -273,6 +325,25 @@ def test_a_variants_gpu_model_from_the_matrix_places_its_cells(cluster, tmp_path
     summary = run(cluster, tmp_path, cells(("cnn",), variant="cu128"), accelerator_types={("pytorch", "cu128"): LABEL})
     assert [result.status for result in summary.results] == ["ok"], [r.reason for r in summary.results]
     assert summary.results[0].provenance.cluster["node_id"] == cluster.gpu_id
+
+
+def test_token_mode_is_turned_on_when_a_token_is_at_hand_and_the_mode_unsaid(tmp_path, monkeypatch):
+    """Cluster membership is full trust (docs/RUN-GUARANTEES.md, "What a Ray node can do"): a driver
+    connecting to a cluster presents its token whenever one is at hand."""
+    from orchestrator.backends.ray.connect import use_token_when_there_is_one
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    use_token_when_there_is_one()
+    assert "RAY_AUTH_MODE" not in os.environ
+    (tmp_path / "token").write_text("secret")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    use_token_when_there_is_one()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # said: left as said
+    use_token_when_there_is_one()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
 
 
 def test_bad_input_is_one_line(cluster, monkeypatch):
@@ -444,7 +515,7 @@ def gone(client, tag: str, within: float = 60.0) -> bool:
 def test_a_node_writes_a_dataset_only_after_checking_the_published_checksum(tmp_path):
     import hashlib
 
-    from orchestrator.backends.ray_backend import install_dataset
+    from orchestrator.backends.ray.node import install_dataset
     from workloads.common.data import RemoteFile
 
     content = b"the published archive"

@@ -39,9 +39,9 @@ def _start_docker(frameworks: dict, options: BackendOptions, log: Log):
 
 
 def _start_ray(frameworks: dict, options: BackendOptions, log: Log):
-    from orchestrator.backends import ray_backend  # imports Ray, an optional extra, only when asked for
+    from orchestrator.backends.ray import connect  # imports Ray, an optional extra, only when asked for
 
-    return ray_backend.start(frameworks, options, log)
+    return connect.start(frameworks, options, log)
 
 
 def _docker_engine_answers() -> tuple[bool, str]:

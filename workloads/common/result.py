@@ -226,9 +226,13 @@ class Result:
         except (TypeError, KeyError) as error:
             raise SchemaError(f"malformed result record: {error}") from error
 
+    def to_json(self) -> str:
+        """The record as its result file holds it (what `write` writes; a Ray node's answer carries it)."""
+        return json_text(self.to_dict())
+
     def write(self, path: Union[str, os.PathLike]) -> None:
         """Write atomically, so that a crash never leaves half a result on disk."""
-        write_json_atomic(Path(path), self.to_dict())
+        safe_files.write_text_atomic(Path(path), self.to_json())
 
     @classmethod
     def read(cls, path: Union[str, os.PathLike]) -> "Result":
@@ -245,7 +249,12 @@ class Result:
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write `data` as indented JSON atomically, never through a link (workloads/common/safe_files.py).
     NaN and infinity are refused: they are not JSON (finite_only turns them into None first)."""
-    safe_files.write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    safe_files.write_text_atomic(path, json_text(data))
+
+
+def json_text(data: dict) -> str:
+    """`data` as the project's JSON files hold it: indented, NaN and infinity refused."""
+    return json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def finite_only(value):
