@@ -17,7 +17,7 @@ the tasks first, so the node backend removes its container as it unwinds; then b
 clean-up task on every node removes whatever container of this run is left.
 
 Ray is handed in by connect.start (a test may hand a stand-in); node.py runs on the nodes, answer.py
-says what they hand back and checks it.
+checks what they hand back.
 """
 from __future__ import annotations
 
@@ -32,8 +32,7 @@ from rich.markup import escape
 
 from orchestrator import telemetry
 from orchestrator.backends import Backend, CellJob, Dispatch, inherited_speed_variables
-from orchestrator.backends.ray import answer as node_answer
-from orchestrator.backends.ray import node as node_side
+from orchestrator.backends.ray import answer as node_answer, node as node_side
 from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
@@ -42,6 +41,10 @@ ACCELERATOR_LABEL = "accelerator-type"  # the node label `--accelerator-type` ma
 NODE_TABLE_REFRESH_S = 5.0
 CANCEL_GRACE_S = 10.0  # after a polite cancel, how long the tasks get to remove their containers
 NOT_METERED = "ran on a cluster node: energy is measured only for cells that run on the orchestrator's host"
+
+
+def cluster_lost(error: BaseException) -> ClusterLost:
+    return ClusterLost(f"lost the Ray cluster ({first_line(error)})")
 
 
 def alive_nodes(ray) -> list[dict]:
@@ -130,7 +133,7 @@ class RayDispatch(Dispatch):
         try:
             alive = alive_nodes(self.ray)
         except Exception as error:
-            raise self._lost(error) from None
+            raise cluster_lost(error) from None
         table = {}
         for entry in alive:
             resources = entry.get("Resources") or {}
@@ -146,9 +149,6 @@ class RayDispatch(Dispatch):
         self.nodes = table
         self._alive = set(entry["NodeID"] for entry in alive)
         self._nodes_read = time.monotonic()
-
-    def _lost(self, error: BaseException):
-        return ClusterLost(f"lost the Ray cluster ({first_line(error)})")
 
     def _eligible(self, job: CellJob) -> list[_Node]:
         nodes = [node for node in self.nodes.values() if node.node_id in self._alive]
@@ -231,7 +231,7 @@ class RayDispatch(Dispatch):
                 scheduling_strategy=self._pinned_to(node.node_id),
             ).remote(job, self.options, self.backend.session, needed, inherited_speed_variables())
         except Exception as error:
-            raise self._lost(error) from None
+            raise cluster_lost(error) from None
         node.running += 1
         node.gpu_running += cuda
         self.running[ref] = _Flight(job, node, list(tries))
@@ -266,7 +266,7 @@ class RayDispatch(Dispatch):
                 finished, _ = self.ray.wait(refs, num_returns=len(refs), timeout=1.0 if wait else 0,
                                             fetch_local=False)
             except Exception as error:
-                raise self._lost(error) from None
+                raise cluster_lost(error) from None
             for ref in finished:
                 self._finished(ref)
             if finished:
