@@ -11,6 +11,7 @@ The modules, by where their code runs:
   - connect.py: on the driver, before anything runs: importing Ray, checking `--ray-address`, the
     token-mode rule, starting or connecting (the registry's factory);
   - driver.py: on the driver: RayBackend and its dispatch (placement, retries, gather, cancel);
+  - nodes.py: on the driver: Ray's node table as placement reads it;
   - node.py: inside the Ray task on a node: running one cell, installing a dataset, cleaning up;
   - answer.py: the contract between the two: what a node hands back, and the driver's checking of
     it (a node's answer is untrusted data: docs/RUN-GUARANTEES.md, the trust model).

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.backends.ray.driver import RayBackend, alive_nodes
+from orchestrator.backends.ray.driver import RayBackend
+from orchestrator.backends.ray.nodes import alive_nodes
 from orchestrator.errors import UserError, first_line
 
 RAY_EXTRA = 'pip install -e ".[ray]"'

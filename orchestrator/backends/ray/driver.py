@@ -33,11 +33,11 @@ from rich.markup import escape
 from orchestrator import telemetry
 from orchestrator.backends import Backend, CellJob, Dispatch, inherited_speed_variables
 from orchestrator.backends.ray import answer as node_answer, node as node_side
+from orchestrator.backends.ray.nodes import ACCELERATOR_LABEL, Node, alive_nodes, node_table
 from orchestrator.errors import ClusterLost, UserError, first_line
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
 
-ACCELERATOR_LABEL = "accelerator-type"  # the node label `--accelerator-type` matches (ray start --labels)
 NODE_TABLE_REFRESH_S = 5.0
 CANCEL_GRACE_S = 10.0  # after a polite cancel, how long the tasks get to remove their containers
 NOT_METERED = "ran on a cluster node: energy is measured only for cells that run on the orchestrator's host"
@@ -45,10 +45,6 @@ NOT_METERED = "ran on a cluster node: energy is measured only for cells that run
 
 def cluster_lost(error: BaseException) -> ClusterLost:
     return ClusterLost(f"lost the Ray cluster ({first_line(error)})")
-
-
-def alive_nodes(ray) -> list[dict]:
-    return [entry for entry in ray.nodes() if entry.get("Alive")]
 
 
 class RayBackend(Backend):
@@ -86,23 +82,9 @@ class RayBackend(Backend):
 
 
 @dataclass
-class _Node:
-    node_id: str
-    address: str
-    gpus: int
-    accelerator: str | None  # the accelerator-type label, else Ray's accelerator_type resource
-    running: int = 0  # cells of this run on it now
-    gpu_running: int = 0
-
-    @property
-    def short(self) -> str:
-        return f"{self.address}/{self.node_id[:6]}"
-
-
-@dataclass
 class _Flight:
     job: CellJob
-    node: _Node
+    node: Node
     tries: list[str] = field(default_factory=list)  # why each earlier try was lost
 
 
@@ -119,7 +101,7 @@ class RayDispatch(Dispatch):
         self.running: dict = {}  # ObjectRef -> _Flight
         self.ready: list[tuple[CellJob, Result]] = []
         self.data: dict = {}  # dataset name -> (RemoteFile, ObjectRef of its verified bytes)
-        self.nodes: dict[str, _Node] = {}
+        self.nodes: dict[str, Node] = {}
         # cell key -> the nodes it was lost on: a retry goes elsewhere while another node can take it
         # (Ray may still list a killed node as alive for a few seconds)
         self.lost_on: dict[str, set[str]] = {}
@@ -134,23 +116,14 @@ class RayDispatch(Dispatch):
             alive = alive_nodes(self.ray)
         except Exception as error:
             raise cluster_lost(error) from None
-        table = {}
-        for entry in alive:
-            resources = entry.get("Resources") or {}
-            labels = entry.get("Labels") or {}
-            accelerator = labels.get(ACCELERATOR_LABEL) or next(
-                (name.split(":", 1)[1] for name in resources if name.startswith("accelerator_type:")), None)
-            node_id = entry["NodeID"]
-            known = self.nodes.get(node_id)
-            table[node_id] = _Node(node_id, entry.get("NodeManagerAddress", "?"), int(resources.get("GPU", 0)),
-                                   accelerator, known.running if known else 0, known.gpu_running if known else 0)
+        table = node_table(alive, self.nodes)
         for flight in self.running.values():  # a node that left keeps its flights until they end
             table.setdefault(flight.node.node_id, flight.node)
         self.nodes = table
         self._alive = set(entry["NodeID"] for entry in alive)
         self._nodes_read = time.monotonic()
 
-    def _eligible(self, job: CellJob) -> list[_Node]:
+    def _eligible(self, job: CellJob) -> list[Node]:
         nodes = [node for node in self.nodes.values() if node.node_id in self._alive]
         if job.device == "cuda":
             wanted = self._wanted(job)
@@ -212,7 +185,7 @@ class RayDispatch(Dispatch):
         self.queue = waiting
         self._show()
 
-    def _free_node(self, job: CellJob) -> _Node | None:
+    def _free_node(self, job: CellJob) -> Node | None:
         cuda = job.device == "cuda"
         limit = self.options.cpu_cells_per_node
         eligible = self._eligible(job)
@@ -222,7 +195,7 @@ class RayDispatch(Dispatch):
                 if (node.gpu_running < node.gpus if cuda else node.running - node.gpu_running < limit)]
         return min(free, key=lambda node: node.running) if free else None
 
-    def _launch(self, job: CellJob, node: _Node, tries: list[str]) -> None:
+    def _launch(self, job: CellJob, node: Node, tries: list[str]) -> None:
         cuda = job.device == "cuda"
         needed = self._datasets_of(job.cell) if job.cell.data == "real" else {}
         try:
