@@ -4,6 +4,7 @@ from typing import Optional
 
 from workloads.common.declaration import (FIRST_STEP, IMAGES, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY,
                                           TRAIN_TIME, TRAINING, Workload)
+from workloads.common.flops import FlopTrace
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,19 @@ def canonical_layers(layers, s: CNNSettings) -> None:
     layers.dense("dense2", s.dense_units, s.classes)
 
 
+def flop_model(s: CNNSettings) -> FlopTrace:
+    """The forward pass in shapes (workloads/common/flops.py): FLOPs per sample."""
+    trace = FlopTrace(s.image_shape)
+    for filters in (s.conv1_filters, s.conv2_filters):
+        trace.conv(filters, 3)
+        trace.conv(filters, 3)
+        trace.pool(2, 2)
+    trace.flatten()
+    trace.dense(s.dense_units)
+    trace.dense(s.classes)
+    return trace
+
+
 WORKLOAD = Workload(
     name="cnn",
     title="CNN — CIFAR-10 training",
@@ -56,6 +70,7 @@ WORKLOAD = Workload(
     parity_input=IMAGES,
     parity_outputs=("logits", "logits_after_training"),
     canonical_layers=canonical_layers,
+    flop_model=flop_model,
     accuracy_target=0.77,  # the study's figure after its epochs on the real data
     accuracy_tolerance=0.03,
     description="conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD momentum 0.9, "

@@ -75,7 +75,8 @@ class Workload:
     ``parity_input`` says what the canonical parity batch holds (IMAGES of ``settings.image_shape``
     or TOKENS below ``settings.vocabulary``, ``settings.sequence_length`` long); a training
     workload's batch has labels too. ``canonical_layers(layers, settings)`` names the model's
-    layers in order through workloads.common.canonical.Layers, which draws their canonical weights.
+    layers in order through workloads.common.canonical.Layers, which draws their canonical weights;
+    ``flop_model(settings)`` walks its forward pass in shapes (workloads.common.flops.FlopTrace).
     """
 
     name: str
@@ -93,6 +94,9 @@ class Workload:
     parity_input: str = IMAGES  # IMAGES or TOKENS
     parity_outputs: Tuple[str, ...] = ()  # what parity() returns (see workloads/common/canonical.py)
     canonical_layers: Optional[Callable[[Any, Any], None]] = None  # (layers, settings) -> None
+    # (settings) -> workloads.common.flops.FlopTrace: the forward pass in shapes, whose FLOPs per
+    # sample every result's achieved FLOP/s is measured against. None: not counted.
+    flop_model: Optional[Callable[[Any], Any]] = None
     # The test accuracy a correct run reaches in the full profile on real data (the study's figure),
     # give or take the tolerance: the report flags a row outside it. None: no accuracy applies.
     accuracy_target: Optional[float] = None

@@ -4,6 +4,7 @@ from typing import Optional
 
 from workloads.common.declaration import (FIRST_STEP, SAMPLES_PER_S, STEADY_SAMPLES_PER_S, TEST_ACCURACY, TOKENS,
                                           TRAIN_TIME, TRAINING, Workload)
+from workloads.common.flops import FlopTrace
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ def canonical_layers(layers, s: GRUSettings) -> None:
     layers.dense("dense", s.hidden_size, s.classes)
 
 
+def flop_model(s: GRUSettings) -> FlopTrace:
+    """The forward pass in shapes (workloads/common/flops.py): FLOPs per sample."""
+    trace = FlopTrace((s.sequence_length,))
+    trace.embedding(s.embedding_size)
+    trace.gru(s.hidden_size)
+    trace.dense(s.classes)
+    return trace
+
+
 WORKLOAD = Workload(
     name="gru",
     title="GRU — IMDB sentiment training",
@@ -52,6 +62,7 @@ WORKLOAD = Workload(
     parity_input=TOKENS,
     parity_outputs=("logits", "logits_after_training"),
     canonical_layers=canonical_layers,
+    flop_model=flop_model,
     accuracy_target=0.86,  # the study's figure after its epochs on the real data
     accuracy_tolerance=0.03,
     description="embedding 30k x 125, GRU(100), dense 2, Adam 1e-3, batch 64, 3 epochs",

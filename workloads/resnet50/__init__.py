@@ -2,6 +2,7 @@
 from dataclasses import dataclass  # novermin
 
 from workloads.common.declaration import HIGHER, IMAGES, INFERENCE, LOWER, Metric, Workload
+from workloads.common.flops import FlopTrace
 
 STEM_WIDTH = 64
 # ResNet-50 v1.5: (width, blocks, stride of the first block) per stage, as in the workload files
@@ -54,6 +55,29 @@ def canonical_layers(layers, s: ResNet50Settings) -> None:
             in_channels = out_channels
 
 
+def flop_model(s: ResNet50Settings) -> FlopTrace:
+    """The forward pass in shapes (workloads/common/flops.py): FLOPs per image. v1.5: a block's
+    stride sits on its 3x3 convolution, and on its shortcut's 1x1."""
+    trace = FlopTrace(s.image_shape)
+    trace.conv(STEM_WIDTH, 7, stride=2, padding=3)
+    trace.pool(3, 2, padding=1)
+    for width, blocks, stride in STAGES:
+        for block in range(blocks):
+            step = stride if block == 0 else 1
+            trace.branch()
+            trace.conv(width, 1)
+            trace.conv(width, 3, stride=step)
+            trace.conv(width * BOTTLENECK_EXPANSION, 1)
+            if block == 0:  # the projection shortcut: 1x1, strided as the block
+                main = trace.shortcut()
+                trace.conv(width * BOTTLENECK_EXPANSION, 1, stride=step, padding=0)
+                trace.rejoin(main)
+            else:
+                trace.rejoin()
+    trace.global_pool()
+    return trace
+
+
 WORKLOAD = Workload(
     name="resnet50",
     title="ResNet-50 — feature extraction (inference)",
@@ -78,5 +102,6 @@ WORKLOAD = Workload(
     parity_input=IMAGES,
     parity_outputs=("features",),
     canonical_layers=canonical_layers,
+    flop_model=flop_model,
     description="ResNet-50 v1.5 to the global pool (2048-D), batch 32, 40 timed batches after 5 warm ones",
 )
