@@ -11,7 +11,7 @@ default; --profile full for the study's sizes), one results folder per framework
 --results-dir. Per cell it prints the status, the steady throughput (training: samples/s after the
 first step; ResNet-50: images/s), the precision switches the framework recorded
 (provenance.extras: autocast, allow_tf32, tf32, matmul_precision, ...), the device, the GPU's name
-and its driver, and what the host's telemetry measured around the cell (orchestrator/telemetry.py:
+and its driver, and what the host's telemetry measured around the cell (orchestrator/telemetry/:
 the GPU's mean and peak watts, joules per sample or image of the steady phase, and how: the
 energy counter, integrated power samples, or none with the reason). On a machine without a GPU every CUDA cell is recorded as unsupported before it
 starts, and the last line says plainly that no CUDA path ran.

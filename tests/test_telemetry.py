@@ -1,4 +1,4 @@
-"""Energy and device telemetry (orchestrator/telemetry.py): the sampler against a stand-in NVML
+"""Energy and device telemetry (orchestrator/telemetry/): the sampler against a stand-in NVML
 module and a stand-in powercap tree, phase attribution, the harness's phase spans, the real NVML
 and powercap path of this host, and a cell through the real local backend."""
 import json

@@ -91,7 +91,7 @@ class Backend(ABC):
 
     def gpus_given(self) -> list[str] | None:
         """The GPU indices (NVML's numbering) this backend's CUDA cells are given; None: every GPU.
-        The energy meter reads exactly these (orchestrator/telemetry.py)."""
+        The energy meter reads exactly these (orchestrator/telemetry/)."""
         return None
 
     def use_session(self, session: str) -> None:
@@ -101,7 +101,7 @@ class Backend(ABC):
     def dispatcher(self, *, started: Callable[[CellJob], None], progress=None, task=None,
                    telemetry=None) -> Dispatch:
         """How the runner's submitted cells run: by default one at a time on this host, in the
-        order submitted, each metered by `telemetry` (orchestrator/telemetry.py) where it runs.
+        order submitted, each metered by `telemetry` (orchestrator/telemetry/) where it runs.
         `started(job)` is called as each cell starts; `progress` and `task` are the run's progress
         display, for a dispatch that shows more than one cell at once."""
         return SerialDispatch(self, started, telemetry=telemetry)

@@ -1,6 +1,6 @@
 """The report's energy figures: per-result columns for the frame, one table per workload (joules
 per sample, samples per joule, mean watts, how each was measured) and one chart, throughput
-against energy per sample (orchestrator/telemetry.py measures them on the host around each cell).
+against energy per sample (orchestrator/telemetry/ measures them on the host around each cell).
 
 A run in which nothing was measured (no NVML driver, RAPL hidden) gets one line saying why,
 instead of a table of dashes.
