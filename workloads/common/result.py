@@ -138,7 +138,7 @@ class Provenance:
     extras: Dict[str, str] = field(default_factory=dict)  # framework-specific switches
 
 
-# How an energy figure was obtained (orchestrator/telemetry.py): the difference of a hardware
+# How an energy figure was obtained (orchestrator/telemetry/): the difference of a hardware
 # energy counter (NVML's total energy, RAPL's energy_uj), power samples integrated over time, or
 # not at all (the figure is null and `reason` says why).
 ENERGY_METHODS = ("counter", "integration", "none")
