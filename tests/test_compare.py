@@ -6,6 +6,8 @@ tmp_path and runs the real command line on them, as `python -m orchestrator comp
 from __future__ import annotations
 
 import math
+import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -354,3 +356,37 @@ def test_the_real_command_line_exit_status(runs):
                            str(base.parent / "self")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert same.returncode == 0, same.stderr
 
+
+# --- docs/REPRODUCING.md: the published run folder's flow -------------------------------------------
+
+def test_the_reproducing_flow_of_the_docs_is_true(tmp_path, monkeypatch, capsys):
+    """The folder docs/REPRODUCING.md compares against is the one its publish commands pack and its
+    fetch commands unpack: the docs' own `tar` lines run here on a run folder made as the release's
+    would be, then its `compare` line (the asset's download needs GitHub: it is checked to name the
+    same file)."""
+    import shlex
+
+    text = (ROOT / "docs" / "REPRODUCING.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+             for line in block.splitlines() if line.strip()]
+    [pack] = [line for line in lines if line.startswith("tar -czf ")]
+    [unpack] = [line for line in lines if line.startswith("tar -xzf ")]
+    [download] = [line for line in lines if line.startswith("gh release download ")]
+    [upload] = [line for line in lines if line.startswith("gh release upload ")]
+    [compare_line] = [line for line in lines if line.startswith("python -m orchestrator compare ")]
+    asset = shlex.split(pack)[2]
+    assert shlex.split(unpack)[2] == asset and shlex.split(download)[-1] == asset and shlex.split(upload)[-1] == asset
+    base, new = shlex.split(compare_line)[4:6]
+    [published_run] = [line for line in lines if line.startswith("python -m orchestrator run-matrix ")
+                       and f"--results-dir {base}" in line]
+    [your_run] = [line for line in lines if line.startswith("python -m orchestrator run-matrix ")
+                  and f"--results-dir {new}" in line]
+    assert published_run.replace(base, new) == your_run  # the same command: the same cells
+    monkeypatch.chdir(tmp_path)
+    write_run(tmp_path / base, repeats("pytorch", STEADY))  # what the release's run-matrix leaves
+    subprocess.run(shlex.split(pack), check=True)
+    shutil.rmtree(tmp_path / base)
+    subprocess.run(shlex.split(unpack), check=True)
+    write_run(tmp_path / new, repeats("pytorch", NOISY))
+    assert main(shlex.split(compare_line)[3:]) == 0, capsys.readouterr().err
+    assert "0 of 1 matched cells worse" in capsys.readouterr().err
