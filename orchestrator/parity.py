@@ -79,8 +79,9 @@ def cells_for(run_cells: list[Cell], default_variants: dict[str, str]) -> list[C
             variant = default_variants[REFERENCE]
             wanted[(workload, REFERENCE, variant, "")] = Cell(REFERENCE, workload, variant=variant,
                                                               precision=PRECISION, profile=PROFILE, data=DATA)
-    return sorted(wanted.values(), key=lambda cell: (cell.workload, cell.framework != REFERENCE, cell.framework,
-                                                     cell.variant, framework_options.label(cell.options)))
+    # per workload, the plain reference first: every other cell is compared with it
+    return sorted(wanted.values(), key=lambda cell: (cell.workload, cell.framework != REFERENCE, bool(cell.options),
+                                                     cell.framework, cell.variant, framework_options.label(cell.options)))
 
 
 def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE,

@@ -216,6 +216,21 @@ def test_run_matrix_runs_the_parity_check_into_the_run_folder_and_the_report_gat
     assert PretendParityBackend.ran == []
 
 
+def test_the_parity_cells_of_a_run_always_hold_the_plain_reference():
+    """One parity cell per workload and framework, variant and options the run has, whatever its
+    precisions, profile and repeats; PyTorch at its defaults is added where the run lacks it."""
+    from orchestrator import parity
+
+    run = [Cell("jax", "cnn", variant="cpu", precision=precision, profile="smoke", data="synthetic", repeat=repeat)
+           for precision in ("fp32", "bf16") for repeat in range(3)]
+    run += [Cell("pytorch", "gru", variant="cu130", options={"channels_last": "on"})]
+    cells = parity.cells_for(run, {"pytorch": "cpu", "jax": "cpu"})
+    assert [(cell.workload, cell.framework, cell.variant, cell.options) for cell in cells] == [
+        ("cnn", "pytorch", "cpu", {}), ("cnn", "jax", "cpu", {}),
+        ("gru", "pytorch", "cpu", {}), ("gru", "pytorch", "cu130", {"channels_last": "on"})]
+    assert {(cell.precision, cell.profile, cell.data, cell.repeat) for cell in cells} == {("fp32", "full", "synthetic", 0)}
+
+
 def test_no_parity_skips_the_check_and_the_report_says_not_checked(pretend_parity):
     folder = pretend_parity / "run"
     assert run_matrix(folder, "--no-parity") == 0
