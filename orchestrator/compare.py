@@ -2,9 +2,13 @@
 
 A cell is matched across the two runs by what was asked for, whatever its repeat: framework,
 variant, workload, precision, profile, data, init and non-default options (the cell's key without
-its ``r<N>``). Per matched cell the workload's declared headline figure is compared (medians,
-their ratio, and whether the change is beyond ``factor`` and significant), and so is the test
-accuracy where the workload has one (worse by more than its declared tolerance).
+its ``r<N>``), and by the device it ran on, kind and model, as the report groups rows
+(FAIRNESS.md: compare-same-device): a cell run on two GPU models is two cells, each listed with
+why it was not compared, and two runs with no device in common are refused in one line, their
+figures not on one scale (docs/REPRODUCING.md). Per matched cell the workload's declared headline
+figure is compared (medians, their ratio, and whether the change is beyond ``factor`` and
+significant), and so is the test accuracy where the workload has one (worse by more than its
+declared tolerance).
 
 Significance comes from the raw repeats (the ok ones), with a one-sided test in the direction of
 "worse" at ``ALPHA``:
@@ -33,17 +37,19 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import UserError
-from orchestrator.report.formatting import format_fraction, formatter, missing
+from orchestrator.report.formatting import missing
 from orchestrator.report.frame import report_frame
-from orchestrator.report.summary import DIVERGED, device_identity, row_name
+from orchestrator.report.gate import DIVERGED
+from orchestrator.report.groups import device_label, row_name, with_devices
 from orchestrator.results import CELLS_FOLDER, INVALID, Unreadable, load_cells
 from orchestrator.run_folder import COMPARE_PAGES
-from workloads.common import declaration, safe_files
+from workloads.common import declaration
 from workloads.common.declaration import HIGHER
 
 # What a cell is, whatever its repeat (workloads.common.result.Cell.key without "r<N>"); the
-# report's frame gives init (the record's or the framework's) and options as one label.
-IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options"]
+# report's frame gives init (the record's or the framework's) and options as one label; and the
+# device it ran on ("GPU NVIDIA H200": groups.device_label), which the cell's key does not name.
+IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "machine"]
 
 DEFAULT_FACTOR = 1.1
 ALPHA = 0.05  # one-sided: the probability of calling noise a slowdown
@@ -71,7 +77,6 @@ class Side:
     note: str  # what a reader needs beside the numbers: repeats not ok, and why
     values: list[float]  # the headline figure of each usable repeat
     accuracy: float | None  # the median test accuracy of the usable repeats
-    device: str  # "GPU NVIDIA H200", "CPU Xeon ..."; "" where not recorded
     versions: str  # the framework's version(s), as recorded
 
     @property
@@ -116,7 +121,7 @@ class Comparison:
     new_dir: Path
     factor: float
     rows: list[Row]
-    only_base: list[dict]  # {"identity", "name", "status"} per cell only BASE has
+    only_base: list[dict]  # {"identity", "name", "status", "why"} per cell only BASE has
     only_new: list[dict]
     unreadable: dict[str, int]  # "BASE"/"NEW" -> cell files that could not be read
     left_out: list[Unreadable] = dataclasses.field(default_factory=list)  # those files, each with why
@@ -127,10 +132,11 @@ class Comparison:
 
 
 def cell_name(identity: dict[str, str]) -> str:
-    """"cnn · pytorch [xla=on] · cuda12 · fp32 · smoke · synthetic": a cell's identity as one line."""
+    """"cnn · pytorch [xla=on] · cuda12 · fp32 · smoke · synthetic · GPU NVIDIA H200": a cell's
+    identity as one line."""
     framework = row_name(identity["framework"], identity["options"], identity["init"])
     return " · ".join([identity["workload"], framework, identity["variant"], identity["precision"],
-                       identity["profile"], identity["data"]])
+                       identity["profile"], identity["data"], identity["machine"]])
 
 
 def check_factor(factor: float) -> float:
@@ -152,9 +158,22 @@ def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, list[U
         loaded = load_cells(folder)
     except UserError as error:
         raise UserError(f"{side}: {error}") from None
-    frame = report_frame(loaded.results)
+    frame = with_devices(report_frame(loaded.results))
+    frame["machine"] = [device_label(kind, model) for kind, model in zip(frame["device_kind"], frame["device_model"])]
     frame[IDENTITY] = frame[IDENTITY].fillna("").astype(str)
     return frame, loaded.unreadable
+
+
+def measured_devices(frame: pd.DataFrame) -> set[str]:
+    """The devices a run's results name in full (kind and model)."""
+    known = frame[(frame["device_kind"] != "") & (frame["device_model"] != "")]
+    return set(known["machine"])
+
+
+def _listed(devices: set[str], shown: int = 3) -> str:
+    """A few device names, each cut short (they come from the cells), for one line."""
+    names = [" ".join(name.split())[:80] for name in sorted(devices)[:shown]]
+    return ", ".join(names) + (f" and {len(devices) - shown} more" if len(devices) > shown else "")
 
 
 def _side(repeats: pd.DataFrame, workload: declaration.Workload) -> Side:
@@ -179,20 +198,11 @@ def _side(repeats: pd.DataFrame, workload: declaration.Workload) -> Side:
         first = next((reason for reason in not_ok["reason"] if isinstance(reason, str) and reason.strip()), "")
         note = f"{len(not_ok)} of {len(repeats)} repeats not ok" + (f": {' '.join(first.split())[:200]}" if first else "")
     shown = usable if len(usable) else repeats
-    devices = [" ".join(part for part in device_identity(device, gpu_name if _text(gpu_name) else gpu_model, cpu)
-                        if part)
-               for device, gpu_name, gpu_model, cpu in zip(shown["device"], shown["gpu_name"], shown["gpu_model"],
-                                                           shown["cpu_model"])]
     versions = [str(value) for value in shown["framework_version"].dropna().unique() if str(value)]
     broken = not values and (not diverged.empty or any(status in BREAKING_STATUSES for status in statuses))
     return Side(status=status, broken=broken, note=note, values=values,
                 accuracy=None if missing(accuracy) else float(accuracy),
-                device=", ".join(dict.fromkeys(device for device in devices if device)),
                 versions=", ".join(versions))
-
-
-def _text(value) -> bool:
-    return isinstance(value, str) and bool(value.strip())
 
 
 # --- the statistics ------------------------------------------------------------------------------
@@ -224,8 +234,6 @@ def _compare_row(identity: dict[str, str], base: Side, new: Side, workload: decl
     metric = workload.headline_metric
     row = Row(identity=identity, base=base, new=new, metric=metric,
               accuracy_tolerance=workload.accuracy_tolerance if workload.accuracy else None)
-    if base.device and new.device and base.device != new.device:
-        row.notes.append(f"device: {base.device} in BASE, {new.device} in NEW")
     if base.versions and new.versions and base.versions != new.versions:
         row.notes.append(f"{identity['framework']} {base.versions} in BASE, {new.versions} in NEW")
     row.notes += [f"{label}: {side.note}" for label, side in (("BASE", base), ("NEW", new)) if side.note]
@@ -262,6 +270,11 @@ def compare(base_dir: str | os.PathLike, new_dir: str | os.PathLike, factor: flo
         raise UserError(f"BASE ran the {', '.join(sorted(base_profiles))} profile and NEW the "
                         f"{', '.join(sorted(new_profiles))} one: their figures are not on the same scale; "
                         f"compare two runs of the same --profile")
+    base_devices, new_devices = measured_devices(base_frame), measured_devices(new_frame)
+    if base_devices and new_devices and not base_devices & new_devices:
+        raise UserError(f"BASE ran on {_listed(base_devices)} and NEW on {_listed(new_devices)}: "
+                        f"figures from another device are not on the same scale, so nothing was compared; compare "
+                        f"with a run from the same device model")
     declared = declaration.declared()
     base_frame = base_frame[base_frame["workload"].isin(declared)]
     new_frame = new_frame[new_frame["workload"].isin(declared)]
@@ -270,7 +283,7 @@ def compare(base_dir: str | os.PathLike, new_dir: str | os.PathLike, factor: flo
     common = [key for key in base_cells if key in new_cells]
     if not common:
         raise UserError(f"BASE ({len(base_cells)} cells) and NEW ({len(new_cells)} cells) have no cell in common "
-                        f"(same framework, variant, workload, precision, profile, data, init and options); "
+                        f"(same framework, variant, workload, precision, profile, data, init, options and device); "
                         f"compare two runs of the same matrix")
     order = list(declared)
     rows = []
@@ -280,116 +293,19 @@ def compare(base_dir: str | os.PathLike, new_dir: str | os.PathLike, factor: flo
         rows.append(_compare_row(identity, _side(base_cells[key], workload), _side(new_cells[key], workload),
                                  workload, factor))
 
-    def only(cells: dict, other: dict) -> list[dict]:
+    def only(cells: dict, other: dict, other_side: str) -> list[dict]:
+        """The cells the other run lacks, each with why it could not be compared."""
         listed = []
         for key in sorted((key for key in cells if key not in other), key=lambda key: (order.index(key[0]), key[1:])):
             identity = dict(zip(IDENTITY, key))
             statuses = ", ".join(dict.fromkeys(cells[key]["status"].tolist()))
-            listed.append({"identity": identity, "name": cell_name(identity), "status": statuses})
+            elsewhere = [other_key[-1] for other_key in other if other_key[:-1] == key[:-1]]
+            why = (f"{other_side} ran it on {', '.join(elsewhere)}, not on {identity['machine']}" if elsewhere
+                   else f"{other_side} did not run it")
+            listed.append({"identity": identity, "name": cell_name(identity), "status": statuses, "why": why})
         return listed
 
     return Comparison(base_dir=Path(base_dir), new_dir=Path(new_dir), factor=factor, rows=rows,
-                      only_base=only(base_cells, new_cells), only_new=only(new_cells, base_cells),
+                      only_base=only(base_cells, new_cells, "NEW"), only_new=only(new_cells, base_cells, "BASE"),
                       unreadable={"BASE": len(base_unreadable), "NEW": len(new_unreadable)},
                       left_out=[*base_unreadable, *new_unreadable])
-
-
-# --- as text ---------------------------------------------------------------------------------------
-
-TABLE_HEADERS = ["Cell", "Headline", "BASE median", "NEW median", "NEW/BASE", "Worse by", "Method", "p",
-                 "Verdict", "Accuracy BASE", "Accuracy NEW", "Accuracy change", "Notes"]
-# The terminal's table: what fits a line; the pages show every column.
-TERMINAL_HEADERS = ["Cell", "BASE median", "NEW median", "Worse by", "Method", "p", "Verdict", "Accuracy change"]
-
-
-def format_p(value: float) -> str:
-    return "-" if missing(value) else (f"{value:.3f}" if value >= 0.001 else "<0.001")
-
-
-def _side_text(side: Side, metric: declaration.Metric) -> str:
-    return formatter(metric)(side.median) if side.usable else side.status
-
-
-def table_rows(comparison: Comparison) -> list[dict]:
-    """One dict per matched cell: ``cells`` as the table shows them (TABLE_HEADERS), and its verdicts."""
-    rows = []
-    for row in comparison.rows:
-        compared = row.verdict not in (NOT_COMPARED, BROKEN)
-        accuracy = row.accuracy_tolerance is not None
-        change = "-"
-        if not missing(row.accuracy_change):
-            change = f"{row.accuracy_change * 100:+.1f} points" + (
-                f" (more than the {row.accuracy_tolerance * 100:g} allowed)" if row.accuracy_verdict == WORSE else "")
-        verdict = row.verdict + (" · accuracy worse" if row.accuracy_verdict == WORSE else "")
-        rows.append({
-            "worse": row.counts_as_worse,
-            "css": "worse" if row.counts_as_worse else {BETTER: "better", NOT_COMPARED: "not-compared"}.get(row.verdict, ""),
-            "cells": [
-                row.name,
-                row.metric.heading + (" (higher is better)" if row.metric.better == HIGHER else " (lower is better)"),
-                _side_text(row.base, row.metric),
-                _side_text(row.new, row.metric),
-                f"{row.ratio:.3f}" if compared and not missing(row.ratio) else "-",
-                f"{row.worse_by:.3f}x" if compared and math.isfinite(row.worse_by) else "-",
-                row.method or "-",
-                format_p(row.p_value),
-                verdict,
-                format_fraction(row.base.accuracy) if accuracy else "-",
-                format_fraction(row.new.accuracy) if accuracy else "-",
-                change,
-                "; ".join(row.notes),
-            ],
-        })
-    return rows
-
-
-def rules(factor: float) -> list[str]:
-    """What the verdicts mean, as compare.md and compare.html say it."""
-    return [
-        f"A cell is worse when NEW's median headline figure is more than {factor:g}x worse than BASE's "
-        f"(--factor) and the change is significant (one-sided, p < {ALPHA:g}), or its median test accuracy "
-        f"fell by more than the workload's declared tolerance, or it was ok in BASE and failed, timed out or "
-        f"gave invalid figures in NEW.",
-        f"Significance from the ok repeats: {MANN_WHITNEY} where both runs have at least {MANN_WHITNEY_MIN}; "
-        f"{WELCH} where both have at least {WELCH_MIN} (with 3 against 3, {MANN_WHITNEY}'s smallest p-value is "
-        f"0.05); the factor alone otherwise, or where neither run's repeats spread at all.",
-        "Worse by: how many times worse NEW's median is than BASE's, whichever way the figure is better "
-        "(1.25x: a quarter slower; below 1: faster). p: the one-sided p-value of the change in its direction "
-        "(worse, or better for a row that got better).",
-        "A cell without an ok repeat on either side is listed with its status, never compared as numbers.",
-    ]
-
-
-def page_context(comparison: Comparison) -> dict:
-    rows = table_rows(comparison)
-    return {
-        "title": "Rosetta Bench compare",
-        "base": str(comparison.base_dir),
-        "new": str(comparison.new_dir),
-        "factor": f"{comparison.factor:g}",
-        "headers": TABLE_HEADERS,
-        "rows": rows,
-        "worse": len(comparison.worse),
-        "compared": sum(row.verdict not in (NOT_COMPARED, BROKEN) for row in comparison.rows),
-        "matched": len(comparison.rows),
-        "only_base": comparison.only_base,
-        "only_new": comparison.only_new,
-        "unreadable": {side: count for side, count in comparison.unreadable.items() if count},
-        "rules": rules(comparison.factor),
-    }
-
-
-def write_pages(comparison: Comparison, out_dir: str | os.PathLike) -> tuple[Path, Path]:
-    """Write compare.md and compare.html into ``out_dir`` (atomically, never through a link)."""
-    from orchestrator.report.pages import _environment  # the report's templates, with the same escaping
-
-    target = Path(out_dir)
-    context = page_context(comparison)
-    environment = _environment()
-    markdown = environment.get_template("compare.md.j2").render(context)
-    html = environment.get_template("compare.html.j2").render(context)
-    safe_files.make_folder(target)
-    markdown_path, html_path = target / COMPARE_MD, target / COMPARE_HTML
-    safe_files.write_text_atomic(markdown_path, markdown)
-    safe_files.write_text_atomic(html_path, html)
-    return markdown_path, html_path

@@ -3,39 +3,57 @@
 Each framework's own environment (the same backends as run-matrix) loads the canonical,
 framework-neutral parameters (workloads/common/canonical.py), runs the forward pass and, for the
 training workloads, canonical.PARITY_STEPS optimizer steps, and records its outputs. They are
-compared with the reference framework's: max absolute difference and max |a - b| / max |ref|.
+compared with the reference framework's (at its default options, on the same kind of device where
+it ran there): max absolute difference and max |a - b| / max |ref|, and the parameter count with
+the reference model's.
+
+`parity` runs it on its own; `run-matrix` runs it beside the cells of every run (unless
+--no-parity) into the run folder's parity/ folder, and the report ranks no row whose framework,
+variant and options failed it (FAIRNESS.md: parity-gate).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from workloads.common import canonical, options as framework_options
-from workloads.common.result import Result
+from workloads.common import canonical, declaration, options as framework_options, safe_files
+from workloads.common.result import Cell, Result
 
 REFERENCE = "pytorch"
+PASS, FAIL, NOT_CHECKED = "pass", "FAIL", "not checked"
+PRECISION, PROFILE, DATA = "fp32", "full", "synthetic"  # what a parity cell runs (the canonical batch)
+FILES = ("parity.md", "parity.json")
 
 
 @dataclass
 class Comparison:
     workload: str
-    framework: str
-    status: str  # pass, FAIL, or the cell's own status (failed, unsupported...)
+    framework: str  # the framework, with its non-default options: "pytorch (channels_last=on)"
+    status: str  # PASS, FAIL, NOT_CHECKED (no reference to compare with), or the cell's own status (failed...)
     parameter_count: int | None
     expected_count: int
     differences: dict[str, tuple[float, float]]  # output -> (max abs, max relative)
     note: str = ""
+    variant: str = ""
+    options: str = ""  # the non-default options' label, as the report names a row's ("channels_last=on")
+    name: str = ""  # the cell's framework alone
 
     @property
     def passed(self) -> bool:
-        return self.status == "pass"
+        return self.status == PASS
 
 
 def write_canonical(data_dir: Path, workloads: list[str]) -> None:
     for workload in workloads:
         canonical.write(Path(data_dir) / "parity" / workload, workload)
+
+
+def checked(workload: str) -> bool:
+    """Whether a workload has a parity check: it declares its canonical weights."""
+    return declaration.get(workload).canonical_layers is not None
 
 
 def row_name(result: Result) -> str:
@@ -44,28 +62,57 @@ def row_name(result: Result) -> str:
     return f"{result.cell.framework} ({label})" if label else result.cell.framework
 
 
+def cells_for(run_cells: list[Cell], default_variants: dict[str, str]) -> list[Cell]:
+    """The parity cells of a run: one per workload (that has a parity check) and distinct framework,
+    variant and options among `run_cells`, and the reference at its default options (on its
+    default variant, `default_variants`, where the run has none of its own) for each workload."""
+    wanted: dict[tuple, Cell] = {}
+    for cell in run_cells:
+        if not checked(cell.workload):
+            continue
+        key = (cell.workload, cell.framework, cell.variant, framework_options.label(cell.options))
+        wanted.setdefault(key, Cell(cell.framework, cell.workload, variant=cell.variant, precision=PRECISION,
+                                    profile=PROFILE, data=DATA, options=dict(cell.options)))
+    for workload in dict.fromkeys(cell.workload for cell in run_cells if checked(cell.workload)):
+        plain = [key for key in wanted if key[0] == workload and key[1] == REFERENCE and not key[3]]
+        if not plain and REFERENCE in default_variants:
+            variant = default_variants[REFERENCE]
+            wanted[(workload, REFERENCE, variant, "")] = Cell(REFERENCE, workload, variant=variant,
+                                                              precision=PRECISION, profile=PROFILE, data=DATA)
+    # per workload, the plain reference first: every other cell is compared with it
+    return sorted(wanted.values(), key=lambda cell: (cell.workload, cell.framework != REFERENCE, bool(cell.options),
+                                                     cell.framework, cell.variant, framework_options.label(cell.options)))
+
+
 def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE,
             reference: str = REFERENCE) -> list[Comparison]:
-    """One Comparison per (workload, framework and options), the reference framework (its
-    defaults) first; every row is compared with the reference at its defaults."""
-    by_cell = {(r.cell.workload, row_name(r)): r for r in results}
+    """One Comparison per (workload, framework, variant and options), the reference framework (its
+    defaults) first; every one is compared with an ok reference at its defaults, on the same device
+    where one ran there."""
     comparisons = []
-    for workload in dict.fromkeys(r.cell.workload for r in results):
-        expected = canonical.parameter_count(canonical.parameters(workload))
-        base = by_cell.get((workload, reference))
-        frameworks = sorted({f for w, f in by_cell if w == workload}, key=lambda f: (f != reference, f))
-        for framework in frameworks:
-            result = by_cell[(workload, framework)]
-            count = result.metrics.parameter_count
-            if result.status != "ok" or not result.outputs:
-                comparisons.append(Comparison(workload, framework, result.status, count, expected, {},
-                                              result.reason or "no outputs recorded"))
+    for workload in dict.fromkeys(result.cell.workload for result in results):
+        expected = declaration.get(workload).settings_for(PROFILE).parameter_count  # the canonical count
+        rows = [result for result in results if result.cell.workload == workload]
+        references = [result for result in rows if result.cell.framework == reference and not result.cell.options
+                      and result.status == "ok" and result.outputs]
+        rows.sort(key=lambda result: (row_name(result) != reference, row_name(result), result.cell.variant))
+        for result in rows:
+            found = Comparison(workload, row_name(result), result.status, result.metrics.parameter_count, expected,
+                               {}, variant=result.cell.variant, options=framework_options.label(result.cell.options),
+                               name=result.cell.framework)
+            comparisons.append(found)
+            if result.status != "ok":
+                found.note = " ".join(str(result.reason or "no reason recorded").split())[:300]
                 continue
-            if base is None or base.status != "ok":
-                comparisons.append(Comparison(workload, framework, "FAIL", count, expected, {},
-                                              f"no {reference} reference outputs to compare with"))
+            if not result.outputs:
+                found.status, found.note = FAIL, "no outputs recorded"
                 continue
-            differences, problems = {}, []
+            base = next((item for item in references if item.provenance.device == result.provenance.device),
+                        references[0] if references else None)
+            if base is None:
+                found.status, found.note = NOT_CHECKED, f"no {reference} reference outputs to compare with"
+                continue
+            problems = []
             for name, expected_output in base.outputs.items():
                 if name not in result.outputs:
                     problems.append(f"missing output {name!r}")
@@ -75,13 +122,12 @@ def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE
                     problems.append(f"{name}: shape {ours.shape} != {theirs.shape}")
                     continue
                 absolute = float(np.max(np.abs(ours - theirs)))
-                differences[name] = (absolute, absolute / max(float(np.max(np.abs(theirs))), 1e-30))
-            if count != expected:
-                problems.append(f"parameter count {count} != canonical {expected}")
+                found.differences[name] = (absolute, absolute / max(float(np.max(np.abs(theirs))), 1e-30))
+            if found.parameter_count != expected:
+                problems.append(f"parameter count {found.parameter_count} != canonical {expected}")
             problems += [f"{name}: relative difference {rel:.1e} > {tolerance:.0e}"
-                         for name, (_, rel) in differences.items() if not rel <= tolerance]
-            comparisons.append(Comparison(workload, framework, "FAIL" if problems else "pass", count, expected,
-                                          differences, "; ".join(problems)))
+                         for name, (_, rel) in found.differences.items() if not rel <= tolerance]
+            found.status, found.note = (FAIL if problems else PASS), "; ".join(problems)
     return comparisons
 
 
@@ -90,15 +136,31 @@ def markdown(comparisons: list[Comparison], tolerance: float = canonical.PARITY_
              f"Canonical weights and batch (workloads/common/canonical.py), fp32; pass when every output's "
              f"max |a - b| / max |{REFERENCE}| <= {tolerance:.0e} and the parameter count matches.", ""]
     for workload in dict.fromkeys(c.workload for c in comparisons):
-        lines += [f"## {workload}", "", "| framework | parameters | output | max abs diff | max rel diff | result |",
-                  "|---|---:|---|---:|---:|---|"]
+        lines += [f"## {workload}", "",
+                  "| framework | variant | parameters | output | max abs diff | max rel diff | result |",
+                  "|---|---|---:|---|---:|---:|---|"]
         for item in (c for c in comparisons if c.workload == workload):
             count = f"{item.parameter_count:,}" if item.parameter_count is not None else "-"
             rows = item.differences.items() or [("-", None)]
             for name, difference in rows:
                 absolute, relative = (f"{difference[0]:.2e}", f"{difference[1]:.2e}") if difference else ("-", "-")
                 verdict = item.status + (f": {item.note}" if item.note else "")
-                lines.append(f"| {item.framework} | {count} | {name} | {absolute} | {relative} | "
+                lines.append(f"| {item.framework} | {item.variant} | {count} | {name} | {absolute} | {relative} | "
                              f"{verdict.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def write_files(comparisons: list[Comparison], folder: Path) -> None:
+    """parity.md and parity.json into `folder`, each atomically, never through a link (the caller
+    turns an OSError into its one line)."""
+    records = json.dumps([vars(item) for item in comparisons], indent=2)
+    for name, text in ((FILES[0], markdown(comparisons) + "\n"), (FILES[1], records + "\n")):
+        safe_files.write_text_atomic(Path(folder) / name, text)
+
+
+def counts(comparisons: list[Comparison]) -> str:
+    """"4 passed, 1 failed, 2 not checked": the run's one line."""
+    passed = sum(item.status == PASS for item in comparisons)
+    not_checked = sum(item.status in (NOT_CHECKED, "unsupported") for item in comparisons)
+    return f"{passed} passed, {len(comparisons) - passed - not_checked} failed, {not_checked} not checked"

@@ -9,6 +9,7 @@ What the run writes there and what it may remove (docs/RUN-GUARANTEES.md):
     logs/<key>.log      each cell's stdout and stderr
     .work/<key>/        each cell's scratch folder, removed after the cell (the only thing removed)
     report.md, .html    the report; parity.md, parity.json for `parity`
+    parity/             run-matrix's parity check: a run folder of its own, by these same rules
     .run.lock           held (flock) by the run using the folder
 
 Nothing the run creates or removes is reached through a link (workloads/common/safe_files.py).
@@ -34,8 +35,9 @@ LOCK_FILE = ".run.lock"
 WORK_FOLDER = ".work"
 LOGS_FOLDER = "logs"
 PACKAGES_FOLDER = "packages"
+PARITY_FOLDER = "parity"  # run-matrix's parity check, beside the cells (orchestrator/parity.py)
 # What the run writes: folders, then files. A link at any of them, or the wrong kind, is refused.
-FOLDERS = ("cells", LOGS_FOLDER, WORK_FOLDER, PACKAGES_FOLDER)
+FOLDERS = ("cells", LOGS_FOLDER, WORK_FOLDER, PACKAGES_FOLDER, PARITY_FOLDER)
 CODE_PAGE = "code.html"                         # the Rosetta view, written beside report.html
 COMPARE_PAGES = ("compare.md", "compare.html")  # `compare BASE NEW` writes them into NEW's folder
 CELLS_CSV = "cells.csv"                         # `export`'s default file

@@ -19,6 +19,7 @@ class RunSettings:
     force: bool = False  # run into a results_dir that already holds files
     idle_window_s: float = IDLE_WINDOW_S  # idle power's window before each cell metered on this host
     render_report: bool = True  # run-matrix: render the report at the end
+    check_parity: bool = True  # run-matrix: the parity check beside the cells (FAIRNESS.md: parity-gate)
     parity: bool = False  # parity cells: canonical weights in, outputs recorded (orchestrator/parity.py)
     # (framework, variant) -> the GPU model a cluster backend must place its CUDA cells on (matrix.toml)
     accelerator_types: Mapping[tuple[str, str], str] = field(default_factory=dict)

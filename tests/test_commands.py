@@ -182,7 +182,7 @@ def order_recording(monkeypatch):
 def run_matrix_argv(tmp_path, folder: str, *extra: str) -> list[str]:
     return ["run-matrix", "--backend", "recording", "--frameworks", "pytorch,tensorflow,jax", "--variants", "cpu",
             "--workloads", "cnn,gru", "--profile", "smoke", "--data", "synthetic", "--results-dir",
-            str(tmp_path / folder), "--data-dir", str(tmp_path / "data"), "--no-report", *extra]
+            str(tmp_path / folder), "--data-dir", str(tmp_path / "data"), "--no-report", "--no-parity", *extra]
 
 
 def invocations(tmp_path, folder: str) -> list[dict]:

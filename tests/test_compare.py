@@ -6,6 +6,8 @@ tmp_path and runs the real command line on them, as `python -m orchestrator comp
 from __future__ import annotations
 
 import math
+import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -230,11 +232,41 @@ def test_options_and_repeats_decide_what_is_matched(runs):
     assert [cell["identity"]["options"] for cell in comparison.only_new] == ["compile=on"]
 
 
-def test_a_different_device_or_version_is_noted(runs):
-    base, new = runs(repeats("pytorch", STEADY), repeats("pytorch", NOISY, gpu="NVIDIA A100", version="2.0"))
-    notes = matched_row(compare.compare(base, new), "pytorch").notes
-    assert "device: GPU NVIDIA H200 in BASE, GPU NVIDIA A100 in NEW" in notes
-    assert "pytorch 1.0 in BASE, 2.0 in NEW" in notes
+def test_a_different_version_is_noted(runs):
+    base, new = runs(repeats("pytorch", STEADY), repeats("pytorch", NOISY, version="2.0"))
+    assert "pytorch 1.0 in BASE, 2.0 in NEW" in matched_row(compare.compare(base, new), "pytorch").notes
+
+
+# --- devices (FAIRNESS.md: compare-same-device) ---------------------------------------------------------
+
+def test_a_cell_run_on_another_gpu_model_is_not_compared_and_says_why(runs, capsys):
+    """Both runs share the H200; jax ran on the H200 in BASE and on an A100 in NEW (the same cell
+    key: the key does not name the GPU). It is two cells, each listed with why, never compared."""
+    base, new = runs(repeats("pytorch", STEADY) + repeats("jax", STEADY),
+                     repeats("pytorch", NOISY) + repeats("jax", SLOWER, gpu="NVIDIA A100"))
+    assert run_compare(base, new) == 0  # the jax slowdown is another GPU's figure: not a regression
+    comparison = compare.compare(base, new)
+    assert [row.identity["framework"] for row in comparison.rows] == ["pytorch"]
+    assert comparison.rows[0].identity["machine"] == "GPU NVIDIA H200"
+    [only_base], [only_new] = comparison.only_base, comparison.only_new
+    assert only_base["why"] == "NEW ran it on GPU NVIDIA A100, not on GPU NVIDIA H200"
+    assert only_new["why"] == "BASE ran it on GPU NVIDIA H200, not on GPU NVIDIA A100"
+    err = capsys.readouterr().err
+    assert "only in BASE (1): cnn · jax · cuda12 · fp32 · full · real · GPU NVIDIA H200 (ok; NEW ran it on GPU " \
+           "NVIDIA A100" in " ".join(err.split())
+    markdown = page(new)
+    assert "not compared: NEW ran it on GPU NVIDIA A100, not on GPU NVIDIA H200" in markdown
+    assert "not compared: BASE ran it on GPU NVIDIA H200" in (new / compare.COMPARE_HTML).read_text()
+
+
+def test_a_run_from_another_device_is_refused_in_one_line(runs, capsys):
+    base, new = runs(repeats("pytorch", STEADY) + repeats("jax", STEADY),
+                     repeats("pytorch", SLOWER, gpu="NVIDIA A100") + repeats("jax", STEADY, gpu="NVIDIA A100"))
+    assert run_compare(base, new) == 2
+    line = error_line(capsys)
+    assert line.startswith("error: BASE ran on GPU NVIDIA H200 and NEW on GPU NVIDIA A100: figures from another "
+                           "device are not on the same scale, so nothing was compared")
+    assert not (new / compare.COMPARE_MD).exists()
 
 
 # --- the pages -------------------------------------------------------------------------------------
@@ -323,3 +355,38 @@ def test_the_real_command_line_exit_status(runs):
     same = subprocess.run([sys.executable, "-m", "orchestrator", "compare", str(base), str(base), "--out",
                            str(base.parent / "self")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert same.returncode == 0, same.stderr
+
+
+# --- docs/REPRODUCING.md: the published run folder's flow -------------------------------------------
+
+def test_the_reproducing_flow_of_the_docs_is_true(tmp_path, monkeypatch, capsys):
+    """The folder docs/REPRODUCING.md compares against is the one its publish commands pack and its
+    fetch commands unpack: the docs' own `tar` lines run here on a run folder made as the release's
+    would be, then its `compare` line (the asset's download needs GitHub: it is checked to name the
+    same file)."""
+    import shlex
+
+    text = (ROOT / "docs" / "REPRODUCING.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+             for line in block.splitlines() if line.strip()]
+    [pack] = [line for line in lines if line.startswith("tar -czf ")]
+    [unpack] = [line for line in lines if line.startswith("tar -xzf ")]
+    [download] = [line for line in lines if line.startswith("gh release download ")]
+    [upload] = [line for line in lines if line.startswith("gh release upload ")]
+    [compare_line] = [line for line in lines if line.startswith("python -m orchestrator compare ")]
+    asset = shlex.split(pack)[2]
+    assert shlex.split(unpack)[2] == asset and shlex.split(download)[-1] == asset and shlex.split(upload)[-1] == asset
+    base, new = shlex.split(compare_line)[4:6]
+    [published_run] = [line for line in lines if line.startswith("python -m orchestrator run-matrix ")
+                       and f"--results-dir {base}" in line]
+    [your_run] = [line for line in lines if line.startswith("python -m orchestrator run-matrix ")
+                  and f"--results-dir {new}" in line]
+    assert published_run.replace(base, new) == your_run  # the same command: the same cells
+    monkeypatch.chdir(tmp_path)
+    write_run(tmp_path / base, repeats("pytorch", STEADY))  # what the release's run-matrix leaves
+    subprocess.run(shlex.split(pack), check=True)
+    shutil.rmtree(tmp_path / base)
+    subprocess.run(shlex.split(unpack), check=True)
+    write_run(tmp_path / new, repeats("pytorch", NOISY))
+    assert main(shlex.split(compare_line)[3:]) == 0, capsys.readouterr().err
+    assert "0 of 1 matched cells worse" in capsys.readouterr().err

@@ -116,7 +116,7 @@ def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
                "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity")]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert completed.returncode == 0, completed.stderr
-    assert "| pytorch | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
+    assert "| pytorch | cpu | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
     for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
         weights, batch = canonical.load(tmp_path / "data" / "parity" / workload)
         result = Result.read(next((tmp_path / "parity" / "cells").glob(f"pytorch__*__{workload}__*.json")))
@@ -144,7 +144,7 @@ def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
     names = cpu_frameworks()
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
                "--frameworks", ",".join(names), "--profile", "smoke", "--data", "synthetic",
-               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
+               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200", "--no-parity"]  # `parity` below
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
     results = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
     not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"}
@@ -208,7 +208,7 @@ def test_frameworks_on_other_pythons_run_where_the_host_has_that_python(tmp_path
         pytest.skip(f"this host has none of the Pythons {', '.join(missing)} need")
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
                "--frameworks", ",".join(present), "--profile", "smoke", "--data", "synthetic",
-               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
+               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200", "--no-parity"]  # `parity` below
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
     results = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
     no_mpi = [r for r in results if r.status == "unsupported" and "OpenMPI 1.10" in (r.reason or "")]

@@ -63,6 +63,10 @@ def test_the_report_renders_without_console_errors_and_shows_the_grid_first(page
     assert '<td class="figure best"' in page.dom and "1,200 ★" in page.dom
     assert any(tag == "svg" for tag, _ in elements)  # the charts and step plots are part of the page
     assert ("a", {"href": "code.html"}) in elements
+    # the gate's columns (FAIRNESS.md: ranking-gate): each row's parity verdict and what the gate decided
+    assert "<th>Parity</th>" in page.dom and "<th>Gate</th>" in page.dom
+    assert '<td class="gate">passed</td>' in page.dom
+    assert '<td class="gate">not checked: this run has no parity check' in page.dom
 
 
 def test_the_code_view_renders_without_console_errors_with_its_default_pair(pages):

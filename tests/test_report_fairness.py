@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import pytest
 
 from orchestrator.report import build_context, ranking_text, render, report_frame, summarise
-from orchestrator.report.summary import OUTLIER_FLOOR, SLOW_STEP_FACTOR, slow_step_count
+from orchestrator.report.checks import SLOW_STEP_FACTOR, slow_step_count
 from orchestrator.results import load_cells, load_reference, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
@@ -32,7 +32,7 @@ def training(framework, rate, *, workload="cnn", accuracy=0.77, device="cuda", g
     if status == "ok":
         metrics = Metrics(train_time_s=sum(steps), samples_per_s=64 * len(steps) / sum(steps),
                           steady_samples_per_s=rate, test_accuracy=accuracy,
-                          parameter_count=3_441_592 if workload == "cnn" else 3_824_102)
+                          parameter_count=declaration.get(workload).settings().parameter_count)
     recorded = {"optimizer": "torch.optim.SGD(fused=True)", "layout": "NCHW", "tf32": "off", "init": init}
     recorded.update(extras or {})
     facts = dict(framework_version="1.0", device=device, gpu_name=gpu_model if device == "cuda" else None,
@@ -149,7 +149,8 @@ def test_a_failed_repeat_without_a_device_joins_its_row(tmp_path):
     nameless = training("pytorch", 0, repeat=2, status="failed", reason="CUDA error", gpu_model=None)
     write(tmp_path, [training("pytorch", 1000), failed, nameless])
     row = only(summary_of(tmp_path), framework="pytorch")
-    assert row["runs"] == 3 and row["ok_repeats"] == 1 and row["rank"] == 1 and "2 of 3 repeats not ok" in row["note"]
+    assert row["runs"] == 3 and row["ok_repeats"] == 1 and "2 of 3 repeats not ok" in row["note"]
+    assert row["group_label"].startswith("GPU NVIDIA H200") and row["not_ranked"] == "repeats: 1 of 3 repeats ok"
 
 
 # --- row names ---------------------------------------------------------------------------------------
@@ -193,41 +194,21 @@ def test_a_diverged_cell_is_failed_and_never_ranked(tmp_path):
     assert html.count('<figure class="steps">') == 1  # and only the ok row has step times to plot
 
 
-def test_accuracy_outside_the_target_is_flagged_in_the_full_profile_on_real_data(tmp_path):
+def test_accuracy_is_judged_against_the_target_in_the_full_profile_on_real_data_only(tmp_path):
+    """The target is the gate's accuracy check (FAIRNESS.md: accuracy-targets); on synthetic data
+    it does not apply, and no row is flagged for its accuracy there."""
     workload = declaration.get("cnn")
     low = workload.accuracy_target - workload.accuracy_tolerance - 0.01
     write(tmp_path, [training("pytorch", 1000), training("jax", 900, accuracy=low),
                      training("jax", 900, accuracy=low, data="synthetic")])
     summary = summary_of(tmp_path)
-    flagged = only(summary, framework="jax", data="real")["flags"]
-    assert any(flag.startswith("below target 77% ± 3%") for flag in flagged)
-    assert only(summary, framework="pytorch")["flags"] == []
-    assert only(summary, framework="jax", data="synthetic")["flags"] == []  # no target on synthetic data
+    real = only(summary, framework="jax", data="real")
+    assert str(real["checks"]["accuracy"]).startswith("failed: below target 77% ± 3%") and not real["ranked"]
+    assert only(summary, framework="pytorch")["checks"]["accuracy"].state == "passed"
+    synthetic = only(summary, framework="jax", data="synthetic")
+    assert synthetic["checks"]["accuracy"].state == "not applicable" and synthetic["ranked"]
+    assert synthetic["flags"] == []
     assert "below target 77%" in render(tmp_path)[0].read_text()
-
-
-def test_an_accuracy_outlier_against_the_other_frameworks_is_flagged(tmp_path):
-    # synthetic data: no target, but the frameworks must agree with one another
-    accuracies = {"pytorch": 0.101, "jax": 0.104, "tensorflow": 0.099, "mxnet": 0.100, "chainer": 0.31}
-    results = [training(name, 1000 - index, accuracy=accuracy, data="synthetic", profile="smoke")
-               for index, (name, accuracy) in enumerate(accuracies.items())]
-    results.append(training("paddle", 500, accuracy=0.31, data="synthetic", profile="smoke", device="cpu"))
-    write(tmp_path, results)
-    summary = summary_of(tmp_path)
-    for name in ("chainer", "paddle"):  # the CPU row is judged with the GPU rows: accuracy is not speed
-        [flag] = only(summary, framework=name)["flags"]
-        assert flag.startswith("accuracy outlier: 31.0% against a median of 10.2% over 6 rows")
-    assert all(only(summary, framework=name)["flags"] == [] for name in ("pytorch", "jax", "tensorflow", "mxnet"))
-    assert f"max({OUTLIER_FLOOR * 100:g} points, 3 × MAD)" in render(tmp_path)[0].read_text()  # the rule is stated
-
-
-def test_a_close_accuracy_is_not_an_outlier_and_two_rows_are_never_told_apart(tmp_path):
-    write(tmp_path, [training("pytorch", 1000, accuracy=0.77, data="synthetic"),
-                     training("jax", 900, accuracy=0.80, data="synthetic"),
-                     training("tensorflow", 800, accuracy=0.74, data="synthetic"),
-                     training("mxnet", 700, accuracy=0.3, precision="fp16", data="synthetic"),
-                     training("chainer", 700, accuracy=0.9, precision="fp16", data="synthetic")])
-    assert all(flags == [] for flags in summary_of(tmp_path)["flags"])
 
 
 def test_rows_from_the_frameworks_own_initialisers_carry_a_note(tmp_path):
@@ -333,12 +314,14 @@ def test_the_recorded_cell_order_is_shown_and_its_absence_is_fine(tmp_path):
     assert "shuffled with seed 1234" in line and "15 cells: pytorch\\_\\_cuda12" in line
     assert "(3 more; the full order is in run.json)" in line
     assert "<dt>Cell order</dt>" in html
-    (tmp_path / "run.json").write_text(json.dumps({"invocations": [{"order": "not a list", "seed": [1]},
+    (tmp_path / "run.json").write_text(json.dumps({"invocations": [{"order": "not a list", "seed": 7},
                                                                    {"order": [{"framework": "jax", "repeat": 0}]}]}))
     markdown = render(tmp_path)[0].read_text()
     assert "- **Cell order (invocation 2):** 1 cells: jax\\_\\_r0" in markdown
-    (tmp_path / "run.json").write_text("{not json")
-    assert "Cell order" not in render(tmp_path)[0].read_text()
+    # a run.json its one reader refuses (run_folder.read_run_record) leaves the order out, not the report
+    for refused in ("{not json", json.dumps({"invocations": [{"order": [], "seed": [1]}]})):
+        (tmp_path / "run.json").write_text(refused)
+        assert "Cell order" not in render(tmp_path)[0].read_text()
 
 
 def test_a_plain_result_frame_still_summarises(mixed):

@@ -38,12 +38,12 @@ def main(args: argparse.Namespace) -> int:
 
 def run_compare(base: Path, new: Path, *, factor: float, out_dir: Path | None = None) -> int:
     """Compare, print the table, write the pages; 1 when a cell got worse, else 0."""
-    from orchestrator import compare
+    from orchestrator import compare, compare_pages
 
     comparison = compare.compare(base, new, factor)
     target = Path(out_dir) if out_dir is not None else Path(new)
     try:
-        markdown, html = compare.write_pages(comparison, target)
+        markdown, html = compare_pages.write_pages(comparison, target)
     except OSError as error:  # a file where the folder belongs, a linked folder, a full disk
         problem = f"{error.filename}: {error.strerror}" if error.filename and error.strerror else str(error)
         raise UserError(f"cannot write compare.md and compare.html into {target} ({problem}); pass --out DIR "
@@ -51,8 +51,8 @@ def run_compare(base: Path, new: Path, *, factor: float, out_dir: Path | None = 
     _print_table(comparison)
     for side, cells in (("BASE", comparison.only_base), ("NEW", comparison.only_new)):
         if cells:
-            console.print(f"only in {side} ({len(cells)}): " + "; ".join(f"{cell['name']} ({cell['status']})"
-                                                                        for cell in cells), markup=False)
+            console.print(f"only in {side} ({len(cells)}): " + "; ".join(
+                f"{cell['name']} ({cell['status']}; {cell['why']})" for cell in cells), markup=False)
     worse = comparison.worse
     console.print(f"{len(worse)} of {len(comparison.rows)} matched cells worse (factor {comparison.factor:g}); "
                   f"compare: {markdown} and {html}", markup=False)
@@ -60,7 +60,7 @@ def run_compare(base: Path, new: Path, *, factor: float, out_dir: Path | None = 
 
 
 def _print_table(comparison) -> None:
-    from orchestrator.compare import TABLE_HEADERS, TERMINAL_HEADERS, table_rows
+    from orchestrator.compare_pages import TABLE_HEADERS, TERMINAL_HEADERS, table_rows
 
     shown = [TABLE_HEADERS.index(header) for header in TERMINAL_HEADERS]
     table = Table(*TERMINAL_HEADERS, title="BASE → NEW (every column and note: compare.md)", title_justify="left")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -15,7 +14,7 @@ from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
 from orchestrator.run_settings import RunSettings
-from workloads.common import data as datasets, safe_files
+from workloads.common import data as datasets
 from workloads.common.hyperparams import WORKLOADS
 
 HELP = "prove every framework runs the same model: canonical weights, outputs compared"
@@ -44,7 +43,7 @@ def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettin
     `options` (--option NAME=VALUE[,VALUE]) go to every selected framework that declares them, one
     cell per value; the reference always runs with its defaults too, so that an option of its own
     (channels_last) is compared with the plain reference."""
-    from orchestrator import parity, run_folder, runner
+    from orchestrator import parity, run_folder
     from workloads.common.result import Cell
 
     known = framework_registry.discover()
@@ -63,24 +62,32 @@ def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettin
              for workload in workloads for name in names if workload in known[name].workloads
              for chosen in option_sets[name]]
     engine = registry.start(backend, known, log=console.print)
-    data_dir = Path(settings.data_dir) if settings.data_dir else datasets.default_data_dir()
-    parity.write_canonical(data_dir, workloads)
     results_dir = settings.results_dir or run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
-    console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
-    settings = settings.but(results_dir=results_dir, data_dir=data_dir, parity=True,
-                            record={"mode": run_folder.MODE_PARITY})
-    summary = runner.run_cells(cells, engine, known, settings, console=console)
-    comparisons = parity.compare(summary.results)
-    for name, text in (("parity.md", parity.markdown(comparisons) + "\n"),
-                       ("parity.json", json.dumps([vars(c) for c in comparisons], indent=2) + "\n")):
-        try:  # atomically, never through a link
-            safe_files.write_text_atomic(results_dir / name, text)
-        except OSError as error:
-            raise run_folder.write_failed(results_dir / name, error, results_dir,
-                                          then="free space, then run parity again") from None
+    comparisons = run_parity(cells, engine, known, settings.but(results_dir=results_dir))
     Console(width=200).print(_table(comparisons))
     console.print(f"parity table: {results_dir / 'parity.md'}")
     return 0 if all(item.passed for item in comparisons) else EXIT_CELLS_FAILED
+
+
+def run_parity(cells: list, engine, known: dict, settings: RunSettings) -> list:
+    """Run the parity `cells` into `settings.results_dir` (a run folder of their own), compare
+    their outputs with the reference's and write parity.md and parity.json there; `parity` and
+    run-matrix's parity check (FAIRNESS.md: parity-gate) both run it."""
+    from orchestrator import parity, run_folder, runner
+
+    data_dir = Path(settings.data_dir) if settings.data_dir else datasets.default_data_dir()
+    parity.write_canonical(data_dir, list(dict.fromkeys(cell.workload for cell in cells)))
+    results_dir = Path(settings.results_dir)
+    console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")
+    settings = settings.but(data_dir=data_dir, parity=True, record={"mode": run_folder.MODE_PARITY})
+    summary = runner.run_cells(cells, engine, known, settings, console=console)
+    comparisons = parity.compare(summary.results)
+    try:  # atomically, never through a link
+        parity.write_files(comparisons, results_dir)
+    except OSError as error:
+        raise run_folder.write_failed(Path(error.filename or results_dir), error, results_dir,
+                                      then="free space, then run parity again") from None
+    return comparisons
 
 
 def _table(comparisons: list) -> Table:
@@ -88,11 +95,12 @@ def _table(comparisons: list) -> Table:
 
     table = Table(title=f"Parity against {parity.REFERENCE} (max |a - b| / max |ref| <= "
                         f"{parity.canonical.PARITY_TOLERANCE:.0e})")
-    for column in ("workload", "framework", "parameters", "output", "max abs", "max rel", "result"):
+    for column in ("workload", "framework", "variant", "parameters", "output", "max abs", "max rel", "result"):
         table.add_column(column)
     for item in comparisons:
         for name, difference in (item.differences.items() or [("-", None)]):
-            table.add_row(item.workload, item.framework, f"{item.parameter_count:,}" if item.parameter_count else "-",
+            table.add_row(item.workload, escape(item.framework), escape(item.variant),
+                          f"{item.parameter_count:,}" if item.parameter_count else "-",
                           name, f"{difference[0]:.1e}" if difference else "-",
                           f"{difference[1]:.1e}" if difference else "-",
                           escape(item.status + (f": {item.note}" if item.note else "")))

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 data_dir_help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
     parser.add_argument("--resume", action="store_true", help="skip cells already ok (default dir: the latest run)")
     parser.add_argument("--no-report", action="store_true", help="do not render the report at the end")
+    parser.add_argument("--no-parity", action="store_true",
+                        help="skip the parity check (each framework, variant and options on the canonical weights, "
+                        "outputs compared with PyTorch's, a few seconds a cell) that the report's ranking is gated "
+                        "by; rows then say \"parity: not checked\"")
     parser.add_argument("--idle-window", type=idle_seconds, default=telemetry.IDLE_WINDOW_S, metavar="SECONDS",
                         help=f"idle power is measured over this window before each cell whose energy this host "
                         f"measures (default {telemetry.IDLE_WINDOW_S:g}; 0: no idle power, no net energy)")
@@ -85,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
                           precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat,
                           init=args.init, options=args.option, seed=args.seed)
     settings = RunSettings.from_args(args, resume=args.resume, render_report=not args.no_report,
-                                     idle_window_s=args.idle_window)
+                                     check_parity=not args.no_parity, idle_window_s=args.idle_window)
     return run_matrix(selection, common_args.backend_options(args), settings, matrix_file=args.matrix)
 
 
@@ -122,6 +126,8 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
                 "options": {entry.name: entry.options for entry in matrix.frameworks if entry.options},
                 "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
     summary = runner.run_cells(cells, engine, known, settings, console=console)
+    if settings.check_parity:
+        check_parity(cells, engine, known, settings)
     left_out_code = 0
     if settings.render_report:
         from orchestrator.commands.report import render
@@ -131,6 +137,29 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
     console.print(f"{summary.count('ok')} ok, {summary.count('unsupported')} unsupported, {failed} failed"
                   + (f", {summary.skipped} already done" if summary.skipped else ""))
     return EXIT_CELLS_FAILED if failed else left_out_code
+
+
+def check_parity(cells: list, engine, known: dict, settings: RunSettings) -> None:
+    """The parity check of the run's frameworks, variants and options (a forward pass and two
+    optimizer steps each on the canonical weights) into the run folder's parity/ folder, a run
+    folder of its own (orchestrator/run_folder.py); the report ranks no row that failed it
+    (FAIRNESS.md: parity-gate). Its verdicts do not change the exit status: `parity` alone does."""
+    from orchestrator import parity, run_folder
+    from orchestrator.commands.parity import run_parity
+    from orchestrator.errors import ClusterLost, Interrupted
+
+    results_dir = Path(settings.results_dir)
+    parity_cells = parity.cells_for(cells, {name: framework.default_variant for name, framework in known.items()})
+    if not parity_cells:
+        return
+    try:
+        comparisons = run_parity(parity_cells, engine, known, settings.but(results_dir=results_dir /
+                                                                           run_folder.PARITY_FOLDER))
+    except (Interrupted, ClusterLost) as error:  # resumed as the run it belongs to, not as a run of its own
+        raise type(error)(f"{str(error).split(';')[0]} during the parity check; the finished cells are kept in "
+                          f"{results_dir}; continue with: run-matrix --resume --results-dir {results_dir}") from None
+    console.print(f"parity check: {parity.counts(comparisons)} -> "
+                  f"{results_dir / run_folder.PARITY_FOLDER / parity.FILES[0]}", markup=False)
 
 
 def recorded_seed(results_dir: Path) -> int | None:

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from orchestrator.report.formatting import format_relative, formatter
-from orchestrator.report.summary import ranked
+from orchestrator.report.gate import ranked
 from workloads.common.declaration import Workload
 
 

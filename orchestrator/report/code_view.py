@@ -24,7 +24,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from orchestrator.report.formatting import format_relative, formatter
-from orchestrator.report.summary import device_label
+from orchestrator.report.groups import device_label
 from orchestrator.report.tables import matched_points
 from workloads.common import declaration
 from workloads.common.naming import frameworks_of
@@ -174,10 +174,12 @@ def _figures(summary: pd.DataFrame | None, serves: list[str], workload: declarat
     for _, row in summary[summary["framework"].isin(serves)].iterrows():
         where = (f"{row['row_name']} · {row['variant']} · {row['precision']} · "
                  f"{device_label(row['device_kind'], row['device_model'])}")
-        if row["status"] == "ok" and pd.notna(row["median"]):
+        if row["ranked"]:
             lines.append(f"{where}: {write(row['median'])} {headline.heading} "
                          f"({format_relative(row['relative_to_best'])} the group's best, "
                          f"median of {row['ok_repeats']})")
+        elif row["status"] == "ok":  # kept out of the ranking by the gate (FAIRNESS.md: ranking-gate)
+            lines.append(f"{where}: not ranked ({row['not_ranked']})")
         else:
             lines.append(f"{where}: {row['note'] or row['status']}")
     return lines

@@ -1,7 +1,7 @@
 """The report's frame: ``orchestrator.results.to_frame`` plus what only the report reads.
 
 ``to_frame`` flattens every result into one row of figures; the report also needs, per result,
-how the cell was run (its init and non-default options: part of the row's name), the device's
+how the cell was run (its init, non-default options and GRU kernel: part of the row's name), the device's
 model (for like-for-like groups), the cluster node that ran it, the raw per-step times and trace
 counts (the slow-step check) and the recorded fast paths and provenance a reviewer reads (the
 details section). They are added here, from the same results in the same order, so that
@@ -39,6 +39,8 @@ def report_frame(results: list[Result]) -> pd.DataFrame:
     frame["options"] = [framework_options.label(result.cell.options or {}) for result in results]
     frame["gpu_model"] = [(result.provenance.gpu or {}).get("name") or None for result in results]
     frame["cluster_node"] = [cluster_node(result) for result in results]
+    # the GRU kernel that ran, as the framework recorded it: part of a GRU row's name (summary.py)
+    frame["gru_kernel"] = [result.provenance.extras.get("gru_kernel") or "" for result in results]
     frame["step_times"] = [list(result.samples.batch_times_s or []) for result in results]
     frame["epoch_steps"] = [list(result.samples.epoch_steps or []) for result in results]
     frame["traces"] = [dict(result.samples.traces or {}) for result in results]

@@ -1,11 +1,16 @@
 """The report's first screen: a framework x workload grid of each workload's headline figure.
 
 One grid per like-for-like group of devices and precisions (profile, data, device kind and
-model, precision: summary.GROUP_KEY), a row per (framework and how it ran, variant), a column per
+model, precision: groups.GROUP_KEY), a row per (framework and how it ran, variant), a column per
 workload. A cell is the row's median over its ok repeats of the workload's declared headline
 metric (summary.summarise), coloured by how it compares with the column's best (the same
-"relative" the ranking tables show); the best of each column is marked. A row without a figure
-says why in one word (failed, unsupported, n/a, ...).
+"relative" the ranking tables show); the best of each column is marked. Only a row the gate ranks
+shows a figure (FAIRNESS.md: ranking-gate); any other cell says why in a word or two (not ranked,
+failed, unsupported, n/a, ...), and a GRU cell names the kernel that ran (gru-kernel-named).
+
+Rows are ordered by the first column's figure, then the next column's for rows without one (the
+grid's caption says which column: FAIRNESS.md: grid-order); a row with no ok cell at all is not in
+a grid: the "Not run" list and the workloads' "Not ranked" tables hold it (FAIRNESS.md: grid-ran-rows).
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import math
 import pandas as pd
 
 from orchestrator.report.formatting import format_relative, formatter, missing
-from orchestrator.report.summary import CPU, GPU, GROUP_KEY, PRECISION_ORDER, group_label
+from orchestrator.report.groups import GROUP_KEY, group_label, group_order, row_name
 from workloads.common import declaration
 
 # The colour scale: green at the column's best, red at WORST_SHOWN times worse or beyond (on a
@@ -26,9 +31,10 @@ NOT_APPLICABLE = "n/a"
 
 def grids(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -> list[dict]:
     """Per group, in the ranking's order (GPUs, then CPUs; fp32 first): its label, a stable
-    anchor, one column per workload with results in it, and one row per (row name, variant) with
-    a cell per column. ``not_applicable``: run.json's pairs, shown as "n/a" in a row whose
-    framework and variant they name."""
+    anchor, one column per workload with results in it, one row per (row name, variant) with an
+    ok cell, a cell per column, and the caption's ``order`` (which column orders the rows).
+    ``not_applicable``: run.json's pairs, shown as "n/a" in a row whose framework and variant
+    they name."""
     skipped: dict[tuple[str, str], set[str]] = {}
     for item in not_applicable:
         skipped.setdefault((item["framework"], item["workload"]), set()).update(item.get("variants") or [""])
@@ -40,17 +46,24 @@ def grids(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -
             group = groups.setdefault(key, {"workloads": [], "rows": {}})
             if workload_name not in group["workloads"]:
                 group["workloads"].append(workload_name)
-            cells = group["rows"].setdefault((row["row_name"], row["variant"]), {"framework": row["framework"]})
+            # one grid row per configuration across workloads: the GRU's kernel is in its cell
+            name = row_name(row["framework"], row["options"], row["init"])
+            cells = group["rows"].setdefault((name, row["variant"]), {"framework": row["framework"], "ran": False})
             cells[workload_name] = _cell(row, workload)
+            cells["ran"] = cells["ran"] or row["status"] == "ok"
     shown = []
-    for number, key in enumerate(sorted(groups, key=_group_order), start=1):
+    for key in sorted(groups, key=group_order):
         group = groups[key]
-        workloads = [name for name in declaration.declared() if name in group["workloads"]]
+        ran = {name: cells for name, cells in group["rows"].items() if cells["ran"]}
+        workloads = [name for name in declaration.declared()
+                     if name in group["workloads"] and any(name in cells for cells in ran.values())]
+        if not ran:
+            continue  # nothing in it ran: its rows are in "Not run" or "Not ranked" (FAIRNESS.md: grid-ran-rows)
         columns = [{"workload": name, "title": declaration.get(name).title,
                     "metric": declaration.get(name).headline_metric.heading,
                     "better": declaration.get(name).headline_metric.better} for name in workloads]
         rows = []
-        ordered = sorted(group["rows"].items(), key=lambda item: (_row_order(item[1], workloads), item[0]))
+        ordered = sorted(ran.items(), key=lambda item: (_row_order(item[1], workloads), item[0]))
         for (name, variant), cells in ordered:
             row_cells = []
             for workload_name in workloads:
@@ -62,8 +75,20 @@ def grids(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -
                             else _plain_cell("-", "not run in this group"))
                 row_cells.append(cell)
             rows.append({"name": name, "variant": variant, "cells": row_cells})
-        shown.append({"label": group_label(*key), "id": f"grid-{number}", "columns": columns, "rows": rows})
+        shown.append({"label": group_label(*key), "id": f"grid-{len(shown) + 1}", "columns": columns, "rows": rows,
+                      "order": order_caption(columns)})
     return shown
+
+
+def order_caption(columns: list[dict]) -> str:
+    """Which figure orders a grid's rows, said the same way for every grid (FAIRNESS.md: grid-order)."""
+    if not columns:
+        return ""
+    first = columns[0]["title"]
+    if len(columns) == 1:
+        return f"Rows are ordered by {first}, best first; rows without a ranked figure last."
+    return (f"Rows are ordered by the first column, {first} (how many times worse than its best, best first); "
+            f"rows without a ranked figure there follow, ordered the same way by the next column.")
 
 
 def cell_colour(relative: float) -> str:
@@ -75,41 +100,33 @@ def cell_colour(relative: float) -> str:
 
 
 def _cell(row: pd.Series, workload: declaration.Workload) -> dict:
-    if row["status"] == "ok" and not missing(row["median"]):  # summary.ranked, for one row
+    kernel = f"gru={row['kernel']}" if row["kernel"] else None
+    if row["ranked"]:  # the gate let it through (FAIRNESS.md: ranking-gate)
         relative = row["relative_to_best"]
-        best = row["rank"] == 1
         repeats = f"median of {row['ok_repeats']} ok repeat{'s' if row['ok_repeats'] != 1 else ''}"
         return {"text": formatter(workload.headline_metric)(row["median"]),
                 "relative": None if missing(relative) else format_relative(relative),
-                "best": bool(best),
+                "best": bool(row["rank"] == 1),
                 "colour": None if missing(relative) else cell_colour(float(relative)),
                 "title": f"{repeats}; {format_relative(relative)} the column's best"
-                         + ("; " + "; ".join(row["flags"]) if row["flags"] else ""),
+                         + (f"; {kernel}" if kernel else "") + ("; " + "; ".join(row["flags"]) if row["flags"] else ""),
                 "flagged": bool(row["flags"]),
                 "ranked": True,
+                "kernel": kernel,
                 "relative_value": None if missing(relative) else float(relative)}
     if row["status"] == "ok":
-        return _plain_cell("no figure", row["note"] or "ok, but no headline figure was recorded")
+        return _plain_cell("not ranked", row["not_ranked"], kernel=kernel)
     word = "diverged" if row["diverged"] else row["status"]
     return _plain_cell(word, row["note"] or word)
 
 
-def _plain_cell(text: str, title: str) -> dict:
+def _plain_cell(text: str, title: str, *, kernel: str | None = None) -> dict:
     return {"text": text, "relative": None, "best": False, "colour": None, "title": title, "flagged": False,
-            "ranked": False, "relative_value": None}
-
-
-def _group_order(key: tuple) -> tuple:
-    profile, data, kind, model, precision = (str(value) for value in key)
-    kind_order = {GPU: 0, CPU: 1}.get(kind, 2 if kind else 3)
-    precision_order = PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
-    return profile, data, kind_order, model, precision_order, precision
+            "ranked": False, "kernel": kernel, "relative_value": None}
 
 
 def _row_order(cells: dict, workloads: list[str]) -> tuple:
-    """Fastest rows first: by the mean of log(relative) over the row's ranked cells (its typical
-    distance from each column's best), rows without a ranked cell last, then by name."""
-    relatives = [cells[name]["relative_value"] for name in workloads
-                 if name in cells and cells[name]["relative_value"] is not None]
-    typical = sum(math.log(value) for value in relatives) / len(relatives) if relatives else math.inf
-    return (not relatives, typical, cells["framework"])
+    """The same figure for every row (FAIRNESS.md: grid-order): its relative in the first column,
+    then in the next for rows without one there, and so on (missing: after every figure)."""
+    return tuple(math.inf if cells.get(name, {}).get("relative_value") is None else cells[name]["relative_value"]
+                 for name in workloads) + (cells["framework"],)

@@ -15,7 +15,7 @@ import pandas as pd
 
 from orchestrator.frameworks import discover
 from orchestrator.report.formatting import format_percent, formatter
-from orchestrator.report.summary import ranked
+from orchestrator.report.gate import ranked
 from workloads.common import declaration
 from workloads.common.declaration import LOWER
 

@@ -19,8 +19,10 @@ from orchestrator.report.code_view import code_context
 from orchestrator.report.energy import energy_section
 from orchestrator.report.formatting import LONGEST_LINE, markdown_cell
 from orchestrator.report.frame import report_frame
+from orchestrator.report.gate import NO_PARITY_RUN, ParityRecord
 from orchestrator.report.grid import grids
 from orchestrator.report.languages import overhead_table
+from orchestrator.report.parity_verdicts import run_record
 from orchestrator.report.metadata import recorded_invocations, recorded_not_applicable, recorded_order, run_metadata
 from orchestrator.report.steps import step_plot
 from orchestrator.report.summary import empty_summary, notes, summarise, undeclared, workload_order
@@ -57,7 +59,7 @@ def _environment() -> jinja2.Environment:
 
 def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: list[dict] = (),
                   unreadable: list[Unreadable] = (), invocations: list[dict] = (), *, charts: bool = True,
-                  variant_order: dict[str, list[str]] | None = None) -> dict:
+                  variant_order: dict[str, list[str]] | None = None, parity: ParityRecord | None = None) -> dict:
     """Everything the report's templates print; the SVG charts and step plots only by the HTML one.
 
     `frame`: orchestrator.report.frame.report_frame's (plain to_frame's works too, without the
@@ -66,8 +68,9 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
     the unsupported cells. `unreadable`: the cell files that could not be used, each listed with
     its reason. `invocations`: run.json's records, for the cell order they may record. `charts`:
     draw the SVG charts and step plots (only the HTML page shows them). `variant_order`: each
-    framework's variants in declared order (the sweep view's "first variant")."""
-    summaries = summarise(frame)
+    framework's variants in declared order (the sweep view's "first variant"). `parity`: the run's
+    parity verdicts (orchestrator.parity.run_record), None for a run without a parity check."""
+    summaries = summarise(frame, parity)
     not_applicable = list(not_applicable)
     inapplicable = {}
     for item in not_applicable:
@@ -81,7 +84,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         groups = []
         for number, group in enumerate(group_tables(summary, workload), start=1):
             anchor = f"{name}-group-{number}"
-            groups.append({"label": group["label"], "anchor": anchor, "table": group["table"],
+            groups.append({"label": group["label"], "anchor": anchor, "table": group["table"], "note": group["note"],
                            "chart_svg": chart_svg(group["rows"], workload, chart_id=f"chart-{anchor}") if charts
                            else None})
         not_ranked = not_ranked_table(summary, workload)
@@ -113,6 +116,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
             "details": details,
         })
     metadata = run_metadata(frame) + recorded_order(list(invocations))
+    metadata.append(("Parity check", parity.summary if parity is not None else NO_PARITY_RUN))
     unknown = undeclared(frame["workload"].dropna().unique())
     if unknown:
         metadata.append(("Not shown", f"results of undeclared workload(s) {', '.join(unknown)}"))
@@ -130,7 +134,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         # a row in another language over another row's engine (r-keras over keras-tf), against it
         "language_overhead": overhead_table(summaries),
         "matched": matched_sections(frame),
-        "energy": energy_section(frame, charts=charts),
+        "energy": energy_section(frame, summaries, charts=charts),
         "missing_workloads": [name for name in declaration.declared()
                               if name not in summaries and name not in inapplicable],
         "reference_label": REFERENCE_LABEL,
@@ -160,7 +164,7 @@ def _context(results_dir: Path, *, charts: bool = True) -> dict:
     invocations = recorded_invocations(results_dir)
     context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
                             unreadable=loaded.unreadable, invocations=invocations, charts=charts,
-                            variant_order=_variant_order())
+                            variant_order=_variant_order(), parity=run_record(results_dir))
     context["_unreadable"] = loaded.unreadable
     return context
 

@@ -15,7 +15,7 @@ import re
 import pandas as pd
 
 from orchestrator.report.formatting import formatter, missing
-from orchestrator.report.summary import PRECISION_ORDER, device_label
+from orchestrator.report.groups import PRECISION_ORDER, device_label
 from orchestrator.report.tables import table_row
 from workloads.common import declaration
 from workloads.common.declaration import LOWER

@@ -2,9 +2,11 @@
 and the HTML tables cannot drift apart.
 
 A result table's columns come from the workload's declaration: the headline metric's median,
-min-max, spread and relative, then one column per other declared metric, then what the validity
-checks found ("Checks") and the status. The ranking tables (the report's first screen) show a
-group's ranked rows only, fastest first.
+min-max, spread and relative, then one column per other declared metric, then the row's parity
+verdict, what the gate decided ("Gate": passed, or which check failed), the flags ("Checks") and
+the status. The ranking tables (the report's first screen) show a group's ranked rows only,
+fastest first (FAIRNESS.md: ranking-gate). Whether the accuracy target applies is said once per
+table (its note), never per row.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pandas as pd
 
 from orchestrator.report.formatting import (column_heading, format_count, format_percent, format_published,
                                             format_relative, formatter, missing)
-from orchestrator.report.summary import distinct, other_metrics, ranked, workload_order
+from orchestrator.report.gate import accuracy_rule, gate_text, parity_text, ranked, reference_parameter_count
+from orchestrator.report.summary import distinct, other_metrics, workload_order
 from workloads.common import declaration
 from workloads.common.declaration import Workload
 
@@ -39,24 +42,26 @@ def ranking_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
         ("Spread", lambda row: format_percent(row["relative_spread"]), True),
         ("Repeats", _format_repeats, True),
         ("Relative", lambda row: format_relative(row["relative_to_best"]), True),
+        ("Parity", parity_text, False),
         ("Checks", _format_checks, False),
     ]
     tables = []
     for label, rows in _groups(summary[ranked(summary)]):
-        tables.append({"label": label, "table": _table(rows, columns)})
+        tables.append({"label": label, "table": _table(rows, columns), "note": _accuracy_note(rows, workload)})
     return tables
 
 
 def group_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
-    """Per group (profile, data, device, precision), its ok rows with every declared figure."""
+    """Per group (profile, data, device, precision), its ok rows with every declared figure: the
+    ranked ones first, then those the gate kept out, each saying why."""
     columns = _result_columns(workload)
-    return [{"label": label, "rows": rows, "table": _table(rows, columns)}
+    return [{"label": label, "rows": rows, "table": _table(rows, columns), "note": _accuracy_note(rows, workload)}
             for label, rows in _groups(summary[summary["status"] == "ok"])]
 
 
 def not_ranked_table(summary: pd.DataFrame, workload: Workload) -> dict:
-    """The rows that ran and are never ranked (failed, diverged, timed out, invalid), with their
-    group and reason (they have no figures to show). Unsupported rows are not here: they are
+    """Every row that ran and is not ranked (failed, diverged, timed out, invalid, or kept out by
+    the gate), with its group and which check failed. Unsupported rows are not here: they are
     listed by reason (not_run_lists)."""
     columns: list[tuple[str, Callable, bool]] = [
         ("Framework", lambda row: row["row_name"], False),
@@ -66,9 +71,16 @@ def not_ranked_table(summary: pd.DataFrame, workload: Workload) -> dict:
         ("Repeats", _format_repeats, True),
         ("Device", _format_device, False),
         ("Version", lambda row: row["framework_version"] or "-", False),
+        ("Parity", parity_text, False),
+        ("Gate", gate_text, False),
         ("Status", _format_status, False),
     ]
-    return _table(summary[~summary["status"].isin(["ok", UNSUPPORTED])], columns)
+    return _table(summary[~ranked(summary) & (summary["status"] != UNSUPPORTED)], columns)
+
+
+def _accuracy_note(rows: pd.DataFrame, workload: Workload) -> str | None:
+    """The table's one line on the accuracy target (its rows share a profile and data)."""
+    return accuracy_rule(workload, rows["profile"].iloc[0], rows["data"].iloc[0]) if len(rows) else None
 
 
 def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[str, Callable, bool]]:
@@ -92,11 +104,13 @@ def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[st
     for metric in other_metrics(workload):
         columns.append((column_heading(metric),
                         lambda row, name=metric.name, write=formatter(metric): write(row[name]), True))
-    expected = getattr(workload.settings_for("full"), "parameter_count", None)
+    expected = reference_parameter_count(workload)
     columns += [
         ("Parameters", lambda row: _format_parameters(row, expected), True),
         ("Device", _format_device, False),
         ("Version", lambda row: row["framework_version"] or "-", False),
+        ("Parity", parity_text, False),
+        ("Gate", gate_text, False),
         ("Checks", _format_checks, False),
         ("Status", _format_status, False),
     ]
@@ -106,7 +120,7 @@ def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[st
 def _table(rows: pd.DataFrame, columns: list[tuple[str, Callable, bool]]) -> dict:
     """Headers, already formatted cells and which columns are numbers."""
     table_rows = [table_row([str(render_cell(row)) for _, render_cell, _ in columns],
-                            ok=row["status"] == "ok", flagged=bool(row["flags"]))
+                            ok=row["status"] == "ok", flagged=bool(row["flags"]), ranked=bool(row["ranked"]))
                   for _, row in rows.iterrows()]
     return {"headers": [header for header, _, _ in columns], "rows": table_rows,
             "numeric": [number for _, _, number in columns]}
@@ -187,9 +201,11 @@ def _declared_index(workload: str) -> int:
     return declared.index(workload) if workload in declared else len(declared)
 
 
-def table_row(cells: list[str], *, ok: bool = True, flagged: bool = False) -> dict:
-    """One table row: its cells, and its HTML class ("not-ok", "flagged": greyed out, checks marked)."""
-    classes = ([] if ok else ["not-ok"]) + (["flagged"] if flagged else [])
+def table_row(cells: list[str], *, ok: bool = True, flagged: bool = False, ranked: bool = True) -> dict:
+    """One table row: its cells, and its HTML class ("not-ok", "not-ranked", "flagged": greyed out,
+    kept out by the gate, checks marked)."""
+    classes = ([] if ok else ["not-ok"]) + (["not-ranked"] if ok and not ranked else []) + \
+        (["flagged"] if flagged else [])
     return {"ok": ok, "flagged": flagged, "css": " ".join(classes), "cells": cells}
 
 
