@@ -37,7 +37,7 @@ def run_all(cases: dict[str, list[str]], cwd: Path, **options) -> dict[str, tupl
     return {name: finish(process) for name, process in started.items()}
 
 
-# --- the matrix file (orchestrator/matrix.py) ---------------------------------------------------------
+# --- the matrix file (orchestrator/matrix/) ---------------------------------------------------------
 
 VALID_MATRIX = {
     "defaults": {"profile": "smoke", "data": "synthetic", "repeat": 2, "init": "canonical",
