@@ -34,10 +34,12 @@ HUGE = 1 << 20  # characters: a string far beyond any name or path
 DEEP = 5000  # levels: past Python's recursion limit (1000)
 
 
-def assert_one_line(message: str, what: str = "") -> None:
+def assert_one_line(message: str, what: str = "") -> str:
+    """`message` itself, once it is found to be one short line."""
     lines = str(message).splitlines()
     assert len(lines) == 1 and lines[0].strip(), f"{what}: not one line: {str(message)[:400]!r}"
     assert len(message) <= LONGEST_MESSAGE, f"{what}: {len(message)} characters: {str(message)[:400]!r}..."
+    return str(message)
 
 
 # --- values of every type --------------------------------------------------------------------------
