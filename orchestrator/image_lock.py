@@ -25,7 +25,7 @@ from orchestrator.errors import UserError
 from orchestrator.frameworks import PROJECT_ROOT, Framework, Variant
 from workloads.common import safe_files, strict_json
 from workloads.common.cell import SAFE_NAME, SAFE_NAME_MAX
-from workloads.common.strict_json import json_kind
+from workloads.common.strict_json import json_kind, quoted
 
 # Where the release workflow (.github/workflows/images.yml) publishes: GitHub's container registry
 # of the project's organisation.
@@ -143,24 +143,15 @@ def read(path: Path | None = None) -> dict[tuple[str, str], LockEntry]:
     return entries
 
 
-def _quoted(value) -> str:
-    """A value from the lock as a refusal quotes it: short, every line break and control escaped."""
-    if isinstance(value, str):
-        return repr(value[:60])
-    if isinstance(value, (bool, int, float)) or value is None:
-        return json.dumps(value)[:60]
-    return json_kind(value)
-
-
 def _document_problem(document) -> str | None:
     """What makes the document no lock of SCHEMA, up to its entries' own fields; None if nothing."""
     if not isinstance(document, dict):
         return f"not an images.lock (a JSON object), but {json_kind(document)}"
     unknown = sorted(set(document) - {"comment", "schema", "images"})
     if unknown:
-        return f"unknown key {_quoted(unknown[0])} (an images.lock has comment, schema and images)"
+        return f"unknown key {quoted(unknown[0])} (an images.lock has comment, schema and images)"
     if type(document.get("schema")) is not int or document["schema"] != SCHEMA:
-        return f"its schema is {_quoted(document.get('schema'))}, not {SCHEMA}: not an images.lock this checkout reads"
+        return f"its schema is {quoted(document.get('schema'))}, not {SCHEMA}: not an images.lock this checkout reads"
     if not isinstance(document.get("comment", ""), str):
         return f"its comment is {json_kind(document['comment'])}, not a string"
     images_ = document.get("images")
@@ -168,12 +159,12 @@ def _document_problem(document) -> str | None:
         return f"its images are {json_kind(images_)}, not an object of frameworks"
     for framework, variants in images_.items():
         if not _plain_name(framework):
-            return f"framework {_quoted(framework)} is no plain name (letters and digits joined by . _ + -)"
+            return f"framework {quoted(framework)} is no plain name (letters and digits joined by . _ + -)"
         if not isinstance(variants, dict):
             return f"{framework}'s variants are {json_kind(variants)}, not an object"
         for variant in variants:
             if not _plain_name(variant):
-                return f"{framework}'s variant {_quoted(variant)} is no plain name (letters and digits joined by . _ + -)"
+                return f"{framework}'s variant {quoted(variant)} is no plain name (letters and digits joined by . _ + -)"
     return None
 
 
@@ -187,7 +178,7 @@ def _entry_problem(entry) -> str | None:
     names = [field.name for field in fields(LockEntry) if field.name not in ("framework", "variant")]
     unknown = sorted(set(entry) - set(names))
     if unknown:
-        return f"unknown field {_quoted(unknown[0])}"
+        return f"unknown field {quoted(unknown[0])}"
     for name in names:
         if name not in entry:
             return f"it lacks its {name}"
@@ -196,11 +187,11 @@ def _entry_problem(entry) -> str | None:
         if not isinstance(value, str):
             return f"its {name} is {json_kind(value)}, not a string"
         if len(value) > LONGEST_VALUE or not shape.fullmatch(value):
-            return f"its {name} is {_quoted(value)}, not {described}"
+            return f"its {name} is {quoted(value)}, not {described}"
     try:
         datetime.datetime.fromisoformat(entry["published"].replace("Z", "+00:00"))
     except ValueError:
-        return f"its published is {_quoted(entry['published'])}, no date and time"
+        return f"its published is {quoted(entry['published'])}, no date and time"
     return None
 
 

@@ -13,11 +13,12 @@ class JSONRefused(ValueError):
     """Why bytes are no JSON document that is read here: one short line, quoting nothing long."""
 
 
-def loads(data: bytes, deepest: int):
-    """The JSON value `data` holds, lists and objects nested at most `deepest` levels; JSONRefused
-    otherwise. Read the bytes bounded first (safe_files.read_bytes_bounded): this reads all it gets."""
+def loads(data, deepest: int):
+    """The JSON value `data` (bytes, or text) holds, lists and objects nested at most `deepest`
+    levels; JSONRefused otherwise. Read the bytes bounded first (safe_files.read_bytes_bounded):
+    this parses all it is given."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as error:
         raise JSONRefused("not UTF-8 text (byte {})".format(error.start)) from None
     try:
@@ -40,6 +41,16 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):  # 1e999: JSON's own syntax, but no number a document can be rewritten with
         raise ValueError("{} is out of range".format(text[:20]))
     return value
+
+
+def quoted(value, limit: int = 60) -> str:
+    """A value from a document as a one-line refusal quotes it: a string or number short, with every
+    line break and control character escaped (repr); a list or object by its kind."""
+    if isinstance(value, str):
+        return repr(value[:limit])
+    if isinstance(value, (bool, int, float)) or value is None:
+        return json.dumps(value)[:limit]
+    return json_kind(value)
 
 
 def json_kind(value) -> str:
