@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Protocol
 
-from orchestrator import results
+from orchestrator import numerals, results
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError
@@ -238,7 +238,7 @@ def gpu_mismatch(variant, gpus: list[tuple[str, str]], selected: str | None = No
     if not limit or not gpus:
         return None
     if selected:
-        indices = {int(index) for index in selected.split(",") if index.strip().isdigit()}
+        indices = {numerals.whole_number(index, 0, 9999) for index in selected.split(",")} - {None}  # UUIDs aside
         gpus = [gpu for number, gpu in enumerate(gpus) if number in indices] or gpus
     for name, capability in gpus:
         try:
