@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
-import hostile
 from hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, finish, run_cli
 from orchestrator import frameworks, images
 from orchestrator.errors import UserError
@@ -159,3 +159,177 @@ def test_hostile_wheelhouses_through_the_command_line(tmp_path):
             assert_refused_in_one_line(code, err, name)
         else:  # skipped with a warning: the dry run goes on
             assert code == 0 and "Traceback" not in err, f"{name}: exit {code}: {err[-2000:]}"
+
+
+# --- a data folder (--data-dir; workloads/common/data) ------------------------------------------------
+
+DATA_KINDS = ["link to a copy", "dangling link", "folder", "file", "fifo", "empty", "truncated", "flipped",
+              "garbage", "oversized"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A data folder prepared as the host prepares one (archives verified, stamps and caches
+    written) from small archives in the real formats (tests/test_data.py), the RemoteFiles that
+    describe them, and what each dataset loads as."""
+    import hashlib
+
+    from test_data import GRU, cifar_tarball, imdb_npz
+    from workloads.common import data
+
+    cifar, _ = cifar_tarball()
+    imdb, _ = imdb_npz()
+    remotes = {"cifar10": data.RemoteFile("CIFAR-10", "cifar-10-python.tar.gz", "http://127.0.0.1:9/cifar", "md5",
+                                          hashlib.md5(cifar).hexdigest(), sha256=hashlib.sha256(cifar).hexdigest(),
+                                          max_bytes=len(cifar)),
+               "imdb": data.RemoteFile("IMDB", "imdb.npz", "http://127.0.0.1:9/imdb", "sha256",
+                                       hashlib.sha256(imdb).hexdigest(), max_bytes=len(imdb))}
+    folder = tmp_path_factory.mktemp("prepared") / "data"
+    folder.mkdir()
+    (folder / "cifar-10-python.tar.gz").write_bytes(cifar)
+    (folder / "imdb.npz").write_bytes(imdb)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data.published, "CIFAR10", remotes["cifar10"])
+        patch.setattr(data.published, "IMDB", remotes["imdb"])
+        expected = {name: load(name, folder, remotes[name], GRU) for name in remotes}
+    return folder, remotes, expected, GRU
+
+
+def load(name: str, folder: Path, remote, settings):
+    """What the host does before the cells start (data.prepare), then what a cell does (its loader)."""
+    from workloads.common import data
+
+    data.prepare(name, folder, settings=settings, offline=True, progress=lambda done, total: None)
+    if name == "cifar10":
+        return data.load_cifar10(folder, remote=remote, offline=True)
+    return data.load_imdb(folder, settings=settings, remote=remote, offline=True)
+
+
+def plant_instead(path: Path, kind: str, outside: Path, largest: int) -> None:
+    """`path` (a file or folder of the data folder) replaced by `kind`; a copy of what it was is
+    left at `outside` for the links to point at."""
+    from workloads.common import safe_files
+
+    original = path.read_bytes() if path.is_file() else b""
+    if path.is_dir():
+        shutil.copytree(path, outside, symlinks=True)
+    else:
+        outside.write_bytes(original)
+    safe_files.remove_tree(path)
+    if kind == "link to a copy":
+        path.symlink_to(outside, target_is_directory=outside.is_dir())
+    elif kind == "dangling link":
+        path.symlink_to(outside.parent / "nowhere")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "oversized":  # sparse: costs no disk
+        with open(path, "wb") as stream:
+            stream.truncate(largest + 1)
+    else:
+        damaged = {"file": b"a file where a folder was", "empty": b"", "truncated": original[:len(original) // 2],
+                   "flipped": bytes(byte ^ 0x5A if index % 97 == 13 else byte for index, byte in enumerate(original)),
+                   "garbage": b"\x93NUMPY\x01\x00" + b"{" * 40}[kind]
+        path.write_bytes(damaged)
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(path.relative_to(folder)): (path.read_bytes() if path.is_file() and not path.is_symlink() else None)
+            for path in sorted(folder.rglob("*"))}
+
+
+@HOSTILE
+@given(data=st.data())
+def test_any_data_folder_loads_its_dataset_or_says_why_in_one_line(prepared, tmp_path_factory, monkeypatch, data):
+    from workloads.common import data as datasets
+
+    template, remotes, expected, settings = prepared
+    name = data.draw(st.sampled_from(sorted(remotes)))
+    monkeypatch.setattr(datasets.published, "CIFAR10", remotes["cifar10"])
+    monkeypatch.setattr(datasets.published, "IMDB", remotes["imdb"])
+    work = tmp_path_factory.mktemp("data")
+    folder = work / "data"
+    shutil.copytree(template, folder, symlinks=True)
+    where = data.draw(st.sampled_from([folder, *sorted(folder.rglob("*"))]))
+    kind = data.draw(st.sampled_from(DATA_KINDS))
+    plant_instead(where, kind, work / "outside", remotes[name].max_bytes)
+    before = snapshot(work / "outside") if (work / "outside").is_dir() else (work / "outside").read_bytes()
+    try:
+        loaded = load(name, folder, remotes[name], settings)
+    except datasets.DataError as error:
+        assert assert_one_line(str(error), f"{kind} at {where.name}").isprintable(), str(error)
+    else:
+        for split in ("x_train", "y_train", "x_test", "y_test"):
+            assert getattr(loaded, split).shape == getattr(expected[name], split).shape, (kind, where.name, split)
+            if "cache" not in where.relative_to(work).parts:  # a damaged cache may give other numbers; the archive never
+                assert (getattr(loaded, split) == getattr(expected[name], split)).all(), (kind, where.name, split)
+    if where != folder:  # a data folder that is itself a link is the user's choice: written through
+        after = snapshot(work / "outside") if (work / "outside").is_dir() else (work / "outside").read_bytes()
+        assert after == before, "something outside the data folder was changed through a link"
+
+
+@pytest.mark.parametrize("name", ["cifar10", "imdb"])
+def test_an_unreadable_archive_is_one_line(prepared, tmp_path, monkeypatch, name):
+    """A file the host may not read (faked: the tests run as root, who reads anything)."""
+    from workloads.common import data as datasets
+
+    template, remotes, _, settings = prepared
+    monkeypatch.setattr(datasets.published, "CIFAR10", remotes["cifar10"])
+    monkeypatch.setattr(datasets.published, "IMDB", remotes["imdb"])
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder, symlinks=True)
+    shutil.rmtree(folder / "cache")
+    for stamp in folder.glob("*.md5"):
+        stamp.unlink()
+    for stamp in folder.glob("*.sha256"):
+        stamp.unlink()
+    archive = str(folder / remotes[name].filename)
+    real_open, real_os_open = open, os.open
+
+    def refusing(opener):
+        def opened(path, *args, **kwargs):
+            if os.fsdecode(path) == archive:
+                raise PermissionError(13, "Permission denied", archive)
+            return opener(path, *args, **kwargs)
+        return opened
+
+    monkeypatch.setattr("builtins.open", refusing(real_open))
+    monkeypatch.setattr(os, "open", refusing(real_os_open))
+    with pytest.raises(datasets.DataError, match="Permission denied") as refused:
+        load(name, folder, remotes[name], settings)
+    assert_one_line(str(refused.value))
+
+
+def test_hostile_data_folders_through_the_command_line(tmp_path):
+    """run-matrix --data real --data-dir X, offline: a data folder that is no folder is refused
+    before anything runs (exit 2); a dataset that cannot be had fails its cells in one line (exit 1);
+    never a traceback or a wait on a FIFO."""
+    python = tmp_path / "fake-python"
+    python.write_text("#!/bin/sh\nexit 1\n")
+    python.chmod(0o755)
+    (tmp_path / "a file").write_text("not a folder")
+    fifo_stamp = tmp_path / "fifo stamp"
+    fifo_stamp.mkdir()
+    (fifo_stamp / "cifar-10-python.tar.gz").write_bytes(b"not the archive")
+    os.mkfifo(fifo_stamp / "cifar-10-python.tar.gz.md5")
+    fifo_archive = tmp_path / "fifo archive"
+    fifo_archive.mkdir()
+    os.mkfifo(fifo_archive / "cifar-10-python.tar.gz")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    cases = {"a file": 2, "dangling": 2, "fifo stamp": 1, "fifo archive": 1}
+    started = {}
+    for number, name in enumerate(cases):
+        started[name] = run_cli(["run-matrix", "--backend", "local", "--python", str(python), "--frameworks", "pytorch",
+                                 "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "real",
+                                 "--data-dir", str(tmp_path / name), "--results-dir", str(tmp_path / f"run{number}"),
+                                 "--no-report"], cwd=tmp_path, timeout=90, env={"ROSETTA_OFFLINE": "1"})
+    for name, process in started.items():
+        code, err = finish(process)
+        if cases[name] == 2:
+            line = assert_refused_in_one_line(code, err, name)
+            assert "--data-dir" in line, line
+        else:
+            assert "Traceback" not in err and code == 1, f"{name}: exit {code}: {err[-2000:]}"
+            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and "CIFAR-10" in errors[0], f"{name}: {err[-2000:]}"

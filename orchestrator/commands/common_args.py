@@ -7,6 +7,7 @@ options object per group instead of one keyword argument per option.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -78,6 +79,19 @@ def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, d
                         help=f"seconds per cell before it is killed (more than 0, at most {LONGEST_TIMEOUT_S})")
     parser.add_argument("--force", action="store_true", help="run into a --results-dir that already holds "
                         "files (cells that run replace their own results; nothing is deleted)")
+
+
+def data_folder(explicit: Path | None) -> Path:
+    """--data-dir, else $ROSETTA_DATA_DIR, else the default cache: a folder, or not there yet (the
+    datasets are fetched into it). One that exists and is no folder (a file, a link to nothing) is
+    refused before anything runs; the folder itself may be a link to one, the user's choice."""
+    from workloads.common import data as datasets
+
+    folder = Path(explicit) if explicit else datasets.default_data_dir()
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise UserError(f"--data-dir {folder}: not a folder (a file, or a link to nothing); pass --data-dir a "
+                        "folder for the datasets, or set ROSETTA_DATA_DIR to one")
+    return folder
 
 
 # --- which images: build, push, pull, check-pins ------------------------------------------------

@@ -13,7 +13,7 @@ from orchestrator import frameworks as framework_registry, matrix as matrix_modu
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console
-from workloads.common import data as datasets, safe_files
+from workloads.common import safe_files
 from workloads.common.hyperparams import WORKLOADS
 
 HELP = "prove every framework runs the same model: canonical weights, outputs compared"
@@ -61,8 +61,8 @@ def parity_check(backend: registry.BackendOptions = registry.BackendOptions(), *
                   data="synthetic", options=dict(chosen))
              for workload in workloads for name in names if workload in known[name].workloads
              for chosen in option_sets[name]]
+    data_dir = common_args.data_folder(data_dir)  # before the backend starts
     engine = registry.start(backend, known, log=console.print)
-    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
     parity.write_canonical(data_dir, workloads)
     results_dir = Path(results_dir) if results_dir else run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
     console.print(f"parity: {len(cells)} cell(s) on canonical weights -> {results_dir}")

@@ -11,7 +11,6 @@ from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
-from workloads.common import data as datasets
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES
 from workloads.common.result import INITS
 
@@ -104,10 +103,10 @@ def run_matrix(selection: Selection = Selection(), backend: registry.BackendOpti
                         "against `python -m orchestrator list`")
     if timeout is not None and timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout:g}")
+    data_dir = common_args.data_folder(data_dir)  # before a backend starts or a folder is made
     engine = registry.start(backend, known, log=console.print)
     if results_dir is None:
         results_dir = run_folder.latest_results_dir() if resume else run_folder.new_results_dir()
-    data_dir = Path(data_dir) if data_dir else datasets.default_data_dir()
     seed = selection.seed
     if seed is None and resume:
         seed = recorded_seed(results_dir)  # the remaining cells keep the order the run drew
