@@ -280,3 +280,9 @@ def assert_refused_in_one_line(code: int, err: str, what: str, *, prefix: str = 
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith(prefix), f"{what}: {err[-2000:]}"
     return lines[-1]
+
+
+def run_all(cases: dict[str, list[str]], cwd: Path, **options) -> dict[str, tuple[int, str]]:
+    """Each case's command line run at once (they are independent), then each one's (exit, stderr)."""
+    started = {name: run_cli(arguments, cwd=cwd, **options) for name, arguments in cases.items()}
+    return {name: finish(process) for name, process in started.items()}
