@@ -16,13 +16,16 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from orchestrator import images
 from orchestrator.errors import UserError
 from orchestrator.frameworks import PROJECT_ROOT, Framework, Variant
-from workloads.common import safe_files
+from workloads.common import safe_files, strict_json
+from workloads.common.cell import SAFE_NAME, SAFE_NAME_MAX
+from workloads.common.strict_json import json_kind, quoted
 
 # Where the release workflow (.github/workflows/images.yml) publishes: GitHub's container registry
 # of the project's organisation.
@@ -82,28 +85,114 @@ def entry_from_labels(labels: dict[str, str], **fields) -> LockEntry:
     return LockEntry(**{name: labels.get(label, "") for name, label in LABELLED_FIELDS.items()}, **fields)
 
 
+# images.lock may come from elsewhere (a fork's, a test registry's, a merged job's lock): read
+# bounded, never through a link or from a FIFO, nesting capped, every value of its shape
+# (docs/RUN-GUARANTEES.md, the trust model), so that nothing malformed becomes an image reference.
+LONGEST_LOCK = 4 << 20  # bytes: each entry is about 700, a few hundred variants are far below it
+DEEPEST_LOCK = 4  # levels: the lock, images, a framework's variants, an entry
+FIX = "restore it with `git checkout images.lock` or regenerate it with `python -m orchestrator publish`"
+LONGEST_VALUE = 255  # characters of any one value (Docker allows 255 for a whole reference's name)
+# Docker's reference grammar (distribution/reference) for what a pull is made of: a path component
+# is lowercase letters and digits joined by '.', '_', '__' or dashes, so never '..', a space or '/'.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+FIELD_SHAPES: dict[str, tuple[re.Pattern, str]] = {
+    "registry": (re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?(?:/" + _COMPONENT + ")*"),
+                 "a registry host[:port][/path], e.g. ghcr.io/rosetta-bench"),
+    "repository": (re.compile(_COMPONENT + "(?:/" + _COMPONENT + ")*"), "a repository name, e.g. rosetta-pytorch"),
+    "tag": (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"), "a tag, e.g. cpu-2.6.0"),
+    "digest": (re.compile(r"sha256:[0-9a-f]{64}"), "sha256: and 64 hex digits"),
+    "platform": (re.compile(r"[a-z0-9_]+/[a-z0-9_]+(?:/[a-z0-9_.]+)?"), "os/architecture[/variant], e.g. linux/amd64"),
+    "source_revision": (re.compile(r"[0-9a-f]{7,64}(?:-dirty)?"), "a git revision (hex digits)"),
+    "requirements_sha256": (_HEX64, "64 hex digits"),
+    "sources_sha256": (_HEX64, "64 hex digits"),
+    "framework_version": (re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}"), "a version, e.g. 2.6.0"),
+    "published": (re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"
+                             r"(?:Z|[+-][0-9]{2}:[0-9]{2})"), "a UTC time in ISO 8601, e.g. 2026-01-02T03:04:05+00:00"),
+}
+
+
 def read(path: Path | None = None) -> dict[tuple[str, str], LockEntry]:
-    """(framework, variant) -> entry; an absent lock file is an empty lock."""
+    """(framework, variant) -> entry; an absent lock file is an empty lock. Anything but a lock
+    `publish` could have written is refused in one UserError line naming the fix."""
     path = lock_path(path)
     try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
+        data = safe_files.read_bytes_bounded(path, LONGEST_LOCK)
+    except (FileNotFoundError, NotADirectoryError):
         return {}
-    except (OSError, ValueError) as error:
-        raise UserError(f"{path}: not a readable lock ({str(error).splitlines()[0][:120]}); restore it with "
-                        "`git checkout images.lock` or regenerate it with `python -m orchestrator publish`") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA or not isinstance(document.get("images"), dict):
-        raise UserError(f"{path}: not an images.lock of schema {SCHEMA}; regenerate it with "
-                        "`python -m orchestrator publish`")
-    names = {field.name for field in fields(LockEntry)}
+    except safe_files.UnsafePath as error:
+        raise UserError(f"{error}; {FIX}") from None
+    except OSError as error:
+        raise UserError(f"{path}: cannot be read ({error.strerror or error}); {FIX}") from None
+    try:
+        document = strict_json.loads(data, DEEPEST_LOCK)
+    except strict_json.JSONRefused as error:
+        raise UserError(f"{path}: {error}; {FIX}") from None
+    problem = _document_problem(document)
+    if problem:
+        raise UserError(f"{path}: {problem}; {FIX}")
     entries = {}
     for framework, variants in document["images"].items():
-        for variant, entry in (variants or {}).items():
-            if not isinstance(entry, dict) or set(entry) != names - {"framework", "variant"}:
-                raise UserError(f"{path}: the entry for {framework}/{variant} is malformed; regenerate it with "
-                                f"`python -m orchestrator publish {framework} --variant {variant}`")
+        for variant, entry in variants.items():
+            problem = _entry_problem(entry)
+            if problem:
+                raise UserError(f"{path}: the entry for {framework}/{variant}: {problem}; regenerate it with "
+                                f"`python -m orchestrator publish {framework} --variant {variant}` or restore it "
+                                "with `git checkout images.lock`")
             entries[(framework, variant)] = LockEntry(framework=framework, variant=variant, **entry)
     return entries
+
+
+def _document_problem(document) -> str | None:
+    """What makes the document no lock of SCHEMA, up to its entries' own fields; None if nothing."""
+    if not isinstance(document, dict):
+        return f"not an images.lock (a JSON object), but {json_kind(document)}"
+    unknown = sorted(set(document) - {"comment", "schema", "images"})
+    if unknown:
+        return f"unknown key {quoted(unknown[0])} (an images.lock has comment, schema and images)"
+    if type(document.get("schema")) is not int or document["schema"] != SCHEMA:
+        return f"its schema is {quoted(document.get('schema'))}, not {SCHEMA}: not an images.lock this checkout reads"
+    if not isinstance(document.get("comment", ""), str):
+        return f"its comment is {json_kind(document['comment'])}, not a string"
+    images_ = document.get("images")
+    if not isinstance(images_, dict):
+        return f"its images are {json_kind(images_)}, not an object of frameworks"
+    for framework, variants in images_.items():
+        if not _plain_name(framework):
+            return f"framework {quoted(framework)} is no plain name (letters and digits joined by . _ + -)"
+        if not isinstance(variants, dict):
+            return f"{framework}'s variants are {json_kind(variants)}, not an object"
+        for variant in variants:
+            if not _plain_name(variant):
+                return f"{framework}'s variant {quoted(variant)} is no plain name (letters and digits joined by . _ + -)"
+    return None
+
+
+def _plain_name(name: str) -> bool:
+    return len(name) <= SAFE_NAME_MAX and bool(SAFE_NAME.match(name))
+
+
+def _entry_problem(entry) -> str | None:
+    if not isinstance(entry, dict):
+        return f"it is {json_kind(entry)}, not an object"
+    names = [field.name for field in fields(LockEntry) if field.name not in ("framework", "variant")]
+    unknown = sorted(set(entry) - set(names))
+    if unknown:
+        return f"unknown field {quoted(unknown[0])}"
+    for name in names:
+        if name not in entry:
+            return f"it lacks its {name}"
+        value = entry[name]
+        shape, described = FIELD_SHAPES[name]
+        if not isinstance(value, str):
+            return f"its {name} is {json_kind(value)}, not a string"
+        if len(value) > LONGEST_VALUE or not shape.fullmatch(value):
+            return f"its {name} is {quoted(value)}, not {described}"
+    try:
+        datetime.datetime.fromisoformat(entry["published"].replace("Z", "+00:00"))
+    except ValueError:
+        return f"its published is {quoted(entry['published'])}, no date and time"
+    return None
 
 
 def write(entries: dict[tuple[str, str], LockEntry], path: Path | None = None) -> Path:

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from orchestrator import __version__, dockerfiles, host
+from rich.markup import escape
+
+from orchestrator import __version__, dockerfiles, host, wheelhouse
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from workloads.common.naming import module_name
@@ -108,9 +110,11 @@ def build_arguments(variant: Variant, options: BuildOptions, dockerfile: bytes) 
 
 # --- build context --------------------------------------------------------------------------------
 
-def context_files(framework: Framework, variant: Variant, options: BuildOptions) -> dict[str, Path | bytes]:
-    """Archive name -> source file (or bytes), for exactly what this image needs."""
-    files: dict[str, Path | bytes] = {
+def context_files(framework: Framework, variant: Variant, options: BuildOptions, *,
+                  warn: wheelhouse.Warn | None = None) -> dict[str, Path | bytes | wheelhouse.LocalWheel]:
+    """Archive name -> source file (or bytes, or a wheel from the wheelhouse), for exactly what this
+    image needs. `warn` is told, one line each, what of the wheelhouse was skipped and why."""
+    files: dict[str, Path | bytes | wheelhouse.LocalWheel] = {
         "Dockerfile": dockerfiles.render(framework).encode(),
         "build/requirements.txt": variant.requirements,
         # an empty bundle means "pip's default"; the file always exists so the Dockerfile stays simple
@@ -119,8 +123,10 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     }
     if dockerfiles.has_build_constraints(framework):  # empty for a variant without: the Dockerfile tests -s
         files[dockerfiles.CONSTRAINTS_FILE] = variant.build_constraints or b""
-    for wheel in _matching_wheels(variant, options.wheelhouse):
-        files[f"build/wheels/{wheel.name}"] = wheel
+    pins = {_normalise(name): version.strip()
+            for name, _, version in (requirement.partition("==") for requirement in _requirement_lines(variant.requirements))}
+    for wheel in wheelhouse.matching_wheels(options.wheelhouse, pins, cuda=variant.device == "cuda", warn=warn):
+        files[f"build/wheels/{wheel.path.name}"] = wheel
     module = module_name(framework.name)
     language = framework.language
     if language.uses_python_environment:  # the Python package: the harness, and its runtime
@@ -140,32 +146,16 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
     return files
 
 
-def _matching_wheels(variant: Variant, wheelhouse: Path | None) -> list[Path]:
-    """Only wheels of packages the requirements name, built for this Python, so the context stays small."""
-    if not wheelhouse:
-        return []
-    wanted = {}
-    for requirement in _requirement_lines(variant.requirements):
-        name, _, version = requirement.partition("==")
-        wanted[_normalise(name)] = version.strip()
-    matches = []
-    for wheel in sorted(wheelhouse.glob("*.whl")):
-        name, version = wheel.name.split("-")[:2]
-        pinned = wanted.get(_normalise(name))
-        if variant.device == "cuda" and version.endswith("+cpu"):
-            continue  # a CPU-only build must never stand in for a CUDA one
-        if pinned is not None and (not pinned or version == pinned or version.split("+")[0] == pinned):
-            matches.append(wheel)
-    return matches
-
-
-def build_context(files: dict[str, Path | bytes]) -> bytes:
+def build_context(files: dict[str, Path | bytes | wheelhouse.LocalWheel]) -> bytes:
     """A tar archive with fixed metadata: same inputs, same bytes, warm layer cache."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for name in sorted(files):
             source = files[name]
-            content = source if isinstance(source, bytes) else Path(source).read_bytes()
+            if isinstance(source, wheelhouse.LocalWheel):
+                content = source.read()  # the user's folder: bounded, never through a link
+            else:
+                content = source if isinstance(source, bytes) else Path(source).read_bytes()
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(content), 0, 0o644
             info.uid = info.gid = 0
@@ -216,15 +206,20 @@ def image_labels(framework: Framework, variant: Variant) -> dict[str, str]:
 
 def dry_run(framework: Framework, variant: Variant, options: BuildOptions) -> str:
     """What a build would send: tag, base image, labels, the Dockerfile and the context's files."""
-    files = context_files(framework, variant, options)
-    lines = [f"# image: {image_tag(framework, variant, options.registry)}"]
+    warnings: list[str] = []
+    files = context_files(framework, variant, options, warn=warnings.append)
+    lines = [f"# warning: {warning}" for warning in warnings]
+    lines += [f"# image: {image_tag(framework, variant, options.registry)}"]
     lines += [f"# build argument {name}={value}"
               for name, value in build_arguments(variant, options, files["Dockerfile"]).items()]
     lines += [f"# label {key}={value}" for key, value in image_labels(framework, variant).items()]
     lines += ["", files["Dockerfile"].decode().rstrip(), "", "# build context:"]
     for name in sorted(files):
         source = files[name]
-        size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+        if isinstance(source, wheelhouse.LocalWheel):
+            size = source.size
+        else:
+            size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
         lines.append(f"#   {size:>12,} B  {name}")
     return "\n".join(lines)
 
@@ -236,7 +231,7 @@ def build(client, framework: Framework, variant: Variant, options: BuildOptions,
     import docker
 
     tag = image_tag(framework, variant, options.registry)
-    files = context_files(framework, variant, options)
+    files = context_files(framework, variant, options, warn=lambda warning: log(f"warning: {escape(warning)}"))
     arguments = build_arguments(variant, options, files["Dockerfile"])
     base = arguments["BASE_IMAGE"]
     ensure_base_image(client, base, framework)

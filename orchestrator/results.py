@@ -18,7 +18,8 @@ from orchestrator.errors import UserError
 from workloads.common import declaration, options as framework_options, safe_files
 from workloads.common.cell import unsafe_name_problem
 from workloads.common.result import (READABLE_SCHEMA_VERSIONS, STATUSES, Cell, Metrics, Provenance, Result, Samples,
-                                     SchemaError, json_kind, nesting_depth)
+                                     SchemaError)
+from workloads.common.strict_json import json_kind, nesting_depth
 
 CELLS_FOLDER = "cells"
 

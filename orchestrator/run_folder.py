@@ -19,15 +19,14 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
-import json
-import math
 import os
 import stat
 from pathlib import Path
 
 from orchestrator.errors import UserError
-from workloads.common import safe_files
-from workloads.common.result import json_kind, nesting_depth, write_json_atomic
+from workloads.common import safe_files, strict_json
+from workloads.common.result import write_json_atomic
+from workloads.common.strict_json import json_kind
 
 RESULTS_ROOT = Path("results")
 PARITY_PREFIX = "parity-"
@@ -91,13 +90,9 @@ def read_run_record(folder: Path) -> dict:
     except OSError as error:
         raise UserError(f"{path}: cannot be read ({error.strerror or error}); {fix}") from None
     try:
-        record = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite)
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text (byte {error.start}); {fix}") from None
-    except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply; {fix}") from None
-    except ValueError as error:  # not JSON, NaN or Infinity, an integer of thousands of digits
-        raise UserError(f"{path}: not valid JSON ({str(error).splitlines()[0][:120]}); {fix}") from None
+        record = strict_json.loads(data, DEEPEST_RUN_RECORD)
+    except strict_json.JSONRefused as error:
+        raise UserError(f"{path}: {error}; {fix}") from None
     problem = _run_record_problem(record)
     if problem:
         raise UserError(f"{path}: {problem}; {fix}")
@@ -111,22 +106,9 @@ def append_invocation(folder: Path, invocation: dict) -> None:
     write_json_atomic(Path(folder) / RUN_RECORD, {"invocations": [*history, invocation]})
 
 
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is no number JSON allows")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999: JSON's own syntax, but no number run.json can be rewritten with
-        raise ValueError(f"{text[:20]} is out of range")
-    return value
-
-
 def _run_record_problem(record) -> str | None:
     if not isinstance(record, dict):
         return f"not a run record (a JSON object), but {json_kind(record)}"
-    if nesting_depth(record, DEEPEST_RUN_RECORD) > DEEPEST_RUN_RECORD:
-        return f"JSON nested more than {DEEPEST_RUN_RECORD} levels deep"
     invocations = record.get("invocations")
     if not isinstance(invocations, list):
         return f"its invocations are {json_kind(invocations)}, not a list"

@@ -34,10 +34,12 @@ HUGE = 1 << 20  # characters: a string far beyond any name or path
 DEEP = 5000  # levels: past Python's recursion limit (1000)
 
 
-def assert_one_line(message: str, what: str = "") -> None:
+def assert_one_line(message: str, what: str = "") -> str:
+    """`message` itself, once it is found to be one short line."""
     lines = str(message).splitlines()
     assert len(lines) == 1 and lines[0].strip(), f"{what}: not one line: {str(message)[:400]!r}"
     assert len(message) <= LONGEST_MESSAGE, f"{what}: {len(message)} characters: {str(message)[:400]!r}..."
+    return str(message)
 
 
 # --- values of every type --------------------------------------------------------------------------
@@ -278,3 +280,9 @@ def assert_refused_in_one_line(code: int, err: str, what: str, *, prefix: str = 
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith(prefix), f"{what}: {err[-2000:]}"
     return lines[-1]
+
+
+def run_all(cases: dict[str, list[str]], cwd: Path, **options) -> dict[str, tuple[int, str]]:
+    """Each case's command line run at once (they are independent), then each one's (exit, stderr)."""
+    started = {name: run_cli(arguments, cwd=cwd, **options) for name, arguments in cases.items()}
+    return {name: finish(process) for name, process in started.items()}

@@ -47,7 +47,7 @@ def test_the_argument_form_builds_the_same_document(tmp_path, monkeypatch):
     (lambda d: d["cell"].update(colour="blue"), "unknown field 'colour'"),
     (lambda d: d["cell"].pop("workload"), "lacks 'workload'"),
     (lambda d: d["cell"].update(repeat="2"), "Cell.repeat is '2', not a int"),
-    (lambda d: d.update(device=None), "CellRequest.device is None"),
+    (lambda d: d.update(device=None), "CellRequest.device is null"),
     (lambda d: d.update(out=3), "CellRequest.out is 3"),
 ])
 def test_a_malformed_document_names_its_problem(change, message):

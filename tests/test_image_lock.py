@@ -1,5 +1,6 @@
 """images.lock without an engine: reading and writing it, the registry setting, what a missing,
 stale or mismatched entry says. The real publish -> pull round trip is in test_images.py."""
+import dataclasses
 import json
 import os
 
@@ -38,9 +39,9 @@ def test_the_committed_lock_is_readable_and_names_only_real_variants():
 
 
 @pytest.mark.parametrize("content, said", [
-    ("{not json", "not a readable lock"),
-    ('{"schema": 99, "images": {}}', "not an images.lock of schema 1"),
-    ('{"schema": 1, "images": {"pytorch": {"cpu": {"digest": "sha256:0"}}}}', "pytorch/cpu is malformed"),
+    ("{not json", "not valid JSON"),
+    ('{"schema": 99, "images": {}}', "its schema is 99, not 1"),
+    ('{"schema": 1, "images": {"pytorch": {"cpu": {"digest": "sha256:0"}}}}', "the entry for pytorch/cpu: it lacks"),
 ])
 def test_a_broken_lock_is_one_line(tmp_path, content, said):
     path = tmp_path / "images.lock"
@@ -123,3 +124,10 @@ def test_the_lock_variable_points_commands_at_another_lock(tmp_path, monkeypatch
     assert image_lock.lock_path() == path
     monkeypatch.delenv(image_lock.LOCK_VARIABLE)
     assert image_lock.lock_path() == image_lock.LOCK_FILE and os.path.basename(image_lock.LOCK_FILE) == "images.lock"
+
+
+def test_every_field_of_an_entry_has_its_shape_checked_on_reading():
+    names = {field.name for field in dataclasses.fields(image_lock.LockEntry)} - {"framework", "variant"}
+    assert set(image_lock.FIELD_SHAPES) == names
+    for name, (shape, _) in image_lock.FIELD_SHAPES.items():
+        assert shape.fullmatch(getattr(entry(), name)), name  # what publish writes is what read accepts

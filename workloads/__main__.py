@@ -23,6 +23,7 @@ from workloads.common import canonical, hyperparams, naming, options
 from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, INITS, Cell
+from workloads.common.strict_json import quoted
 
 EXIT_FAILED = 1
 # The by-hand defaults are the documents' own.
@@ -72,11 +73,11 @@ def parse_args(argv: Optional[List[str]] = None) -> CellRequest:
     if args.cell:
         others = sorted(name for name, value in vars(args).items() if name != "cell" and value is not None)
         if others:
-            parser.error(f"--cell FILE says everything; drop {', '.join(others)}")
+            refuse(f"--cell FILE says everything; drop {', '.join(others)}")
         try:
             request = CellRequest.read(args.cell)
         except CellDocumentError as error:
-            parser.error(f"--cell {args.cell}: {error}")
+            refuse(f"--cell {args.cell}: {error}")
     else:
         request = request_from_arguments(args)
     problem = request_problem(request)
@@ -126,7 +127,7 @@ def request_problem(request: CellRequest) -> Optional[str]:
                                  ("data", cell.data, hyperparams.DATA_SOURCES),
                                  ("init", cell.init, INITS)):
         if value not in choices:
-            return f"invalid {what} {value!r}; choose from {', '.join(choices)}"
+            return f"invalid {what} {quoted(value)}; choose from {', '.join(choices)}"
     try:
         options.check(cell.framework, cell.options)
     except options.OptionError as error:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from orchestrator import results
+from orchestrator import numerals, results
 from orchestrator.backends.contract import Backend, CellJob, Dispatch, SerialDispatch  # noqa: F401 (the contract, re-exported)
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
@@ -139,7 +139,7 @@ def gpu_mismatch(variant, gpus: list[tuple[str, str]], selected: str | None = No
     if not limit or not gpus:
         return None
     if selected:
-        indices = {int(index) for index in selected.split(",") if index.strip().isdigit()}
+        indices = {numerals.whole_number(index, 0, 9999) for index in selected.split(",")} - {None}  # UUIDs aside
         gpus = [gpu for number, gpu in enumerate(gpus) if number in indices] or gpus
     for name, capability in gpus:
         try:

@@ -7,12 +7,12 @@ options object per group instead of one keyword argument per option.
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import re
 from pathlib import Path
 
 from orchestrator.backends.options import AUTO, DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS, BackendOptions
-from orchestrator import frameworks as framework_registry, images, matrix
+from orchestrator import frameworks as framework_registry, images, matrix, numerals
 from orchestrator.backends import LONGEST_TIMEOUT_S, registry
 from orchestrator.errors import UserError
 from workloads.common.hyperparams import WORKLOADS
@@ -31,33 +31,24 @@ def comma_list(value: str) -> list[str]:
 
 def repeat_count(value: str) -> int:
     """--repeat: a whole number from 1 to matrix.MAX_REPEAT."""
-    try:
-        repeat = int(value)
-    except ValueError:
-        repeat = None
-    if repeat is None or not 1 <= repeat <= matrix.MAX_REPEAT:
+    repeat = numerals.whole_number(value, 1, matrix.MAX_REPEAT)
+    if repeat is None:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {matrix.MAX_REPEAT}, not {value!r:.40}")
     return repeat
 
 
 def seed_number(value: str) -> int:
     """--seed: a whole number from 0 to 2**32 - 1."""
-    try:
-        seed = int(value)
-    except ValueError:
-        seed = None
-    if seed is None or not 0 <= seed < 2 ** 32:
+    seed = numerals.whole_number(value, 0, 2 ** 32 - 1)
+    if seed is None:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {2 ** 32 - 1}, not {value!r:.40}")
     return seed
 
 
 def timeout_seconds(value: str) -> float:
     """--timeout: seconds, more than 0 and at most LONGEST_TIMEOUT_S (nan and inf are refused)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and 0 < seconds <= LONGEST_TIMEOUT_S):
+    seconds = numerals.decimal_number(value)
+    if seconds is None or not 0 < seconds <= LONGEST_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"must be a number of seconds more than 0 and at most "
                                          f"{LONGEST_TIMEOUT_S} (a week), not {value!r:.40}")
     return seconds
@@ -89,6 +80,19 @@ def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, d
                         help=f"seconds per cell before it is killed (more than 0, at most {LONGEST_TIMEOUT_S})")
     parser.add_argument("--force", action="store_true", help="run into a --results-dir that already holds "
                         "files (cells that run replace their own results; nothing is deleted)")
+
+
+def data_folder(explicit: Path | None) -> Path:
+    """--data-dir, else $ROSETTA_DATA_DIR, else the default cache: a folder, or not there yet (the
+    datasets are fetched into it). One that exists and is no folder (a file, a link to nothing) is
+    refused before anything runs; the folder itself may be a link to one, the user's choice."""
+    from workloads.common import data as datasets
+
+    folder = Path(explicit) if explicit else datasets.default_data_dir()
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise UserError(f"--data-dir {folder}: not a folder (a file, or a link to nothing); pass --data-dir a "
+                        "folder for the datasets, or set ROSETTA_DATA_DIR to one")
+    return folder
 
 
 # --- which images: build, push, pull, check-pins ------------------------------------------------
@@ -162,7 +166,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", help="run cells with this interpreter instead of built environments")
     parser.add_argument("--cache-dir", type=Path, help="environment cache (default: $ROSETTA_CACHE_DIR or "
                         "~/.cache/rosetta-bench)")
-    parser.add_argument("--gpus", help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument("--gpus", type=gpu_selection, help="GPU indices for the cells, e.g. 0 or 0,1 (CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--pull", action="store_true", help="docker: pull missing images from --registry instead "
                         "of building")
     parser.add_argument("--container-memory", default=DEFAULT_CONTAINER_MEMORY,
@@ -171,7 +175,7 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--container-pids", default=str(DEFAULT_CONTAINER_PIDS),
                         help="docker: how many processes and threads each cell container may run; none for no "
                         f"limit (default: {DEFAULT_CONTAINER_PIDS})")
-    parser.add_argument("--ray-address", metavar="HOST:PORT", help="ray: the cluster's head node (default: start "
+    parser.add_argument("--ray-address", type=head_address, metavar="HOST:PORT", help="ray: the cluster's head node (default: start "
                         "a local Ray instance bound to 127.0.0.1)")
     parser.add_argument("--node-backend", choices=("docker", "local"), default="docker",
                         help="ray: what runs each cell on the node it lands on (default: docker, the node's own "
@@ -199,40 +203,66 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 
 def positive_count(value: str) -> int:
     """--cpu-cells-per-node: a whole number from 1 to 1024."""
-    if not value.strip().isdigit() or not 1 <= int(value) <= 1024:
+    count = numerals.whole_number(value, 1, 1024)
+    if count is None:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1024, not {value!r:.40}")
-    return int(value)
+    return count
 
 
 def retry_count(value: str) -> int:
     """--max-retries: a whole number from 0 to 100."""
-    if not value.strip().isdigit() or not 0 <= int(value) <= 100:
+    count = numerals.whole_number(value, 0, 100)
+    if count is None:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 100, not {value!r:.40}")
-    return int(value)
+    return count
 
 
-_MEMORY = re.compile(r"(\d+)([bkmg]?)b?", re.IGNORECASE)
+# A GPU as CUDA_VISIBLE_DEVICES and Docker's --gpus name one: its index, or its UUID (a MIG
+# instance's too). Anything else would reach the cell's environment or the engine's device request.
+_GPU = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[A-Za-z0-9-]{1,80}(?:/[0-9]{1,4}/[0-9]{1,4})?", re.ASCII)
+
+
+def gpu_selection(value: str) -> str:
+    """--gpus: comma-separated GPU indices or UUIDs, as CUDA_VISIBLE_DEVICES takes them ("0,1")."""
+    items = [item.strip() for item in value.split(",")]
+    if not all(_GPU.fullmatch(item) for item in items):
+        raise argparse.ArgumentTypeError(f"must be comma-separated GPU indices (e.g. 0 or 0,1) or GPU UUIDs "
+                                         f"(GPU-..., MIG-...), not {value!r:.40}; leave it out for every GPU")
+    return ",".join(items)
+
+
+def head_address(value: str) -> str:
+    """--ray-address: HOST:PORT, the port a whole number from 1 to 65535 (whether a head answers
+    there is the Ray backend's to find out, when it starts)."""
+    parsed = numerals.host_and_port(value)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(f"must be the head node's HOST:PORT, e.g. 10.0.0.5:6379, the port from 1 "
+                                         f"to {numerals.LARGEST_PORT}, not {value!r:.40}")
+    return f"{parsed[0]}:{parsed[1]}"
+
+
+_MEMORY = re.compile(r"\s*([0-9]+)([bkmg]?)b?\s*", re.ASCII | re.IGNORECASE)
 _UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 _DOCKER_MINIMUM_MEMORY = 6 << 20  # the engine refuses less
 
 
 def container_memory(text: str) -> str | None:
     """--container-memory: "16g" (as Docker's --memory takes it) or None for "none"."""
-    value = text.strip().lower()
-    if value == "none":
+    if text.strip().lower() == "none":
         return None
-    match = _MEMORY.fullmatch(value)
-    if not match or not _DOCKER_MINIMUM_MEMORY <= int(match[1]) * _UNIT[match[2]] < 1 << 62:
-        raise UserError(f"--container-memory {text!r}: give a size of at least 6m, e.g. 16g or 512m, or none")
+    match = _MEMORY.fullmatch(text)
+    if not match or len(match[1].lstrip("0")) > numerals.MOST_DIGITS or \
+            not _DOCKER_MINIMUM_MEMORY <= int(match[1]) * _UNIT[match[2].lower()] < 1 << 62:
+        raise UserError(f"--container-memory {text!r:.40}: give a size of at least 6m, e.g. 16g or 512m, or none")
     return f"{int(match[1])}{match[2].lower()}"
 
 
 def container_pids(text: str) -> int | None:
     """--container-pids: a positive count, or None for "none"."""
-    value = text.strip().lower()
-    if value == "none":
+    if text.strip().lower() == "none":
         return None
-    if not value.isdigit() or not 1 <= int(value) <= 4_194_304:  # Linux's highest pid_max
-        raise UserError(f"--container-pids {text!r}: give a number of processes from 1 to 4194304, e.g. 4096, "
+    count = numerals.whole_number(text, 1, 4_194_304)  # Linux's highest pid_max
+    if count is None:
+        raise UserError(f"--container-pids {text!r:.40}: give a number of processes from 1 to 4194304, e.g. 4096, "
                         "or none")
-    return int(value)
+    return count

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator import numerals
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
 from orchestrator.errors import UserError
 
@@ -26,10 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("base", type=Path, metavar="BASE", help="the run folder to compare against (results/<run-id>)")
     parser.add_argument("new", type=Path, metavar="NEW", help="the run folder that may have got slower")
-    parser.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
+    parser.add_argument("--factor", type=factor_number, default=DEFAULT_FACTOR,
                         help=f"how many times worse a cell's median must be to count, if the change is also "
                         f"significant; at least 1 (default: {DEFAULT_FACTOR:g})")
     parser.add_argument("--out", type=Path, help="folder for compare.md and compare.html (default: NEW)")
+
+
+def factor_number(value: str) -> float:
+    """--factor: a finite number of at least 1 (below 1, an unchanged cell would count as worse)."""
+    factor = numerals.decimal_number(value)
+    if factor is None or factor < 1:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 1, e.g. 1.1 (more than 10% worse "
+                                         f"counts), not {value!r:.40}")
+    return factor
 
 
 def main(args: argparse.Namespace) -> int:

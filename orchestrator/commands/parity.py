@@ -61,6 +61,7 @@ def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettin
                   data="synthetic", options=dict(chosen))
              for workload in workloads for name in names if workload in known[name].workloads
              for chosen in option_sets[name]]
+    settings = settings.but(data_dir=common_args.data_folder(settings.data_dir))  # before the backend starts
     engine = registry.start(backend, known, log=console.print)
     results_dir = settings.results_dir or run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)
     comparisons = run_parity(cells, engine, known, settings.but(results_dir=results_dir))

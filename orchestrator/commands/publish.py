@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from orchestrator import host, image_lock, images
@@ -67,7 +68,7 @@ def merge_locks(sources: list[Path], *, lock=None) -> Path:
     """Each source's entries into the lock; for an image in several, the latest published wins."""
     entries = image_lock.read(lock)
     for source in sources:
-        if not source.is_file():
+        if not os.path.lexists(source):  # anything else there is image_lock.read's to refuse (a link, a FIFO)
             raise UserError(f"--merge-lock {source}: no such file")
         for key, entry in image_lock.read(source).items():
             if key not in entries or entry.published >= entries[key].published:

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.backends.options import BackendOptions
-from orchestrator import frameworks as framework_registry, matrix as matrix_module, telemetry
+from orchestrator import frameworks as framework_registry, matrix as matrix_module, numerals, telemetry
 from orchestrator.backends import registry
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import EXIT_CELLS_FAILED, console, left_out
@@ -74,11 +73,8 @@ LONGEST_IDLE_WINDOW_S = 60.0
 
 def idle_seconds(value: str) -> float:
     """--idle-window: seconds, 0 to LONGEST_IDLE_WINDOW_S."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and 0 <= seconds <= LONGEST_IDLE_WINDOW_S):
+    seconds = numerals.decimal_number(value)
+    if seconds is None or not 0 <= seconds <= LONGEST_IDLE_WINDOW_S:
         raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {LONGEST_IDLE_WINDOW_S:g}, "
                                          f"not {value!r:.40}")
     return seconds
@@ -108,6 +104,7 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
     if not cells:
         raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
                         "against `python -m orchestrator list`")
+    settings = settings.but(data_dir=common_args.data_folder(settings.data_dir))  # before a backend starts or a folder is made
     engine = registry.start(backend, known, log=console.print)
     results_dir = settings.results_dir or (run_folder.latest_results_dir() if settings.resume
                                            else run_folder.new_results_dir())

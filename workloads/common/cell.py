@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass  # novermin
 from typing import Optional, Union
 
+from workloads.common import safe_files, strict_json
 from workloads.common.result import Cell
+from workloads.common.strict_json import json_kind, quoted
 
 # Bump when a field changes meaning, so that an image older than the host says so plainly.
 CELL_DOCUMENT_VERSION = 2  # 2: the cell's init and framework options
@@ -26,6 +28,12 @@ CELL_DOCUMENT_VERSION = 2  # 2: the cell's init and framework options
 SAFE_NAME = re.compile(r"[A-Za-z0-9]+(?:[._+-][A-Za-z0-9]+)*\Z")
 SAFE_NAME_MAX = 64
 PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data", "init")
+# The document comes from the host through a file another process could have replaced (a shared
+# work folder, a mount): read bounded, never through a link or from a FIFO, nesting capped
+# (strict_json), every field typed (docs/RUN-GUARANTEES.md, the trust model).
+LONGEST_CELL_DOCUMENT = 1 << 20  # bytes: a document is a few hundred
+DEEPEST_CELL_DOCUMENT = 3  # levels: the document, its cell, the cell's options
+LARGEST_REPEAT = 2 ** 31 - 1  # a repeat index; the host's matrix never comes near it
 
 
 class CellDocumentError(ValueError):
@@ -70,16 +78,16 @@ class CellRequest:
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "CellRequest":
+    def from_json(cls, text: Union[str, bytes]) -> "CellRequest":
         try:
-            document = json.loads(text)
-        except ValueError as error:
-            raise CellDocumentError(f"not JSON ({error})") from None
+            document = strict_json.loads(text, DEEPEST_CELL_DOCUMENT)
+        except strict_json.JSONRefused as error:
+            raise CellDocumentError(str(error)) from None
         if not isinstance(document, dict):
-            raise CellDocumentError("not a JSON object")
+            raise CellDocumentError("not a JSON object, but {}".format(json_kind(document)))
         version = document.pop("version", None)
-        if version != CELL_DOCUMENT_VERSION:
-            raise CellDocumentError(f"cell document version {version!r}, this workload reads version "
+        if type(version) is not int or version != CELL_DOCUMENT_VERSION:
+            raise CellDocumentError(f"cell document version {quoted(version)}, this workload reads version "
                                     f"{CELL_DOCUMENT_VERSION}; the image and the host are out of step: rebuild it")
         cell = document.pop("cell", None)
         if not isinstance(cell, dict):
@@ -93,11 +101,12 @@ class CellRequest:
     @classmethod
     def read(cls, path: Union[str, os.PathLike]) -> "CellRequest":
         try:
-            with open(path) as stream:
-                text = stream.read()
+            data = safe_files.read_bytes_bounded(path, LONGEST_CELL_DOCUMENT)
+        except safe_files.UnsafePath as error:  # a link, a FIFO, a folder, more than LONGEST_CELL_DOCUMENT
+            raise CellDocumentError(str(error).replace(str(path), "it", 1)) from None
         except OSError as error:
             raise CellDocumentError(f"cannot read it ({error.strerror or error})") from None
-        return cls.from_json(text)
+        return cls.from_json(data)
 
 
 def _checked(kind, values: dict, skip=()) -> dict:
@@ -106,7 +115,7 @@ def _checked(kind, values: dict, skip=()) -> dict:
     fields = {field.name: field for field in dataclasses.fields(kind) if field.name not in skip}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise CellDocumentError(f"unknown field {unknown[0]!r} in {kind.__name__}")
+        raise CellDocumentError(f"unknown field {quoted(unknown[0])} in {kind.__name__}")
     for name, field in fields.items():
         if name not in values:
             if field.default is dataclasses.MISSING:
@@ -116,10 +125,13 @@ def _checked(kind, values: dict, skip=()) -> dict:
         if name == "options":  # Cell.options: names to values, both strings
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in value.items()):
-                raise CellDocumentError(f"{kind.__name__}.options is {value!r:.80}, not an object of strings")
+                raise CellDocumentError(f"{kind.__name__}.options is {quoted(value)}, not an object of strings")
             continue
         expected = int if field.type is int else str
         optional = field.type is not int and field.type is not str  # Optional[str]
         if not (isinstance(value, expected) and not isinstance(value, bool)) and not (optional and value is None):
-            raise CellDocumentError(f"{kind.__name__}.{name} is {value!r}, not a {expected.__name__}")
+            raise CellDocumentError(f"{kind.__name__}.{name} is {quoted(value)}, not a {expected.__name__}")
+        if name == "repeat" and not 0 <= value <= LARGEST_REPEAT:
+            raise CellDocumentError(f"{kind.__name__}.repeat is {quoted(value)}, not a whole number from 0 to "
+                                    f"{LARGEST_REPEAT}")
     return values

@@ -16,7 +16,7 @@ again), except where the input needs no gradient: the images a first convolution
 GRU's initial state at step 0 (zeros, no parameter behind them). So a training sample is about 3x
 its forward pass. Standard library only (Python 3.6): every image imports it.
 """
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 
 class FlopTrace:

@@ -348,23 +348,3 @@ if __name__ == "__main__":
     json.dump(json_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
-
-def json_kind(value) -> str:
-    """How a JSON value is named in a one-line refusal: "an object", "a list", "null", ..."""
-    if value is None:
-        return "null"
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
-
-
-def nesting_depth(data, limit: int) -> int:
-    """How deeply lists and objects nest in `data`, counted iteratively (no recursion limit to hit)
-    and given up once past `limit`: a file from elsewhere may nest millions of levels deep."""
-    deepest, pending = 0, [(data, 0)]
-    while pending and deepest <= limit:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list)):
-            depth += 1
-            deepest = max(deepest, depth)
-            pending += [(item, depth) for item in (value.values() if isinstance(value, dict) else value)]
-    return deepest

@@ -162,14 +162,14 @@ def remove_tree(path: PathLike, *, ignore_errors: bool = False) -> None:
             raise
 
 
-def read_bytes_bounded(path: PathLike, limit: int) -> bytes:
-    """The bytes of the regular file `path`, at most `limit` of them; never through a link.
+def open_for_reading(path: PathLike) -> BinaryIO:
+    """The regular file `path`, opened to read in binary; never through a link, never blocking.
 
-    For files that come from elsewhere (results copied from another machine): a FIFO or a device
-    planted in their place must neither hang the reader nor fill its memory. The file is opened
-    without following a link and without blocking (a FIFO with no writer would block an ordinary
-    open), then checked to be a regular file before anything is read. Raises UnsafePath for a
-    link, anything that is not a regular file, or a file larger than `limit`."""
+    For files that come from elsewhere (results copied from another machine, a data folder): a
+    FIFO or a device planted in their place must not hang the reader. The file is opened without
+    following a link and without blocking (a FIFO with no writer would block an ordinary open),
+    then checked to be a regular file before anything is read. Raises UnsafePath for a link or
+    anything that is not a regular file."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         handle = os.open(str(path), flags)
@@ -178,23 +178,25 @@ def read_bytes_bounded(path: PathLike, limit: int) -> bytes:
             raise UnsafePath("{} is a symbolic link; links are never followed here".format(path))
         raise error
     try:
-        info = os.fstat(handle)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
             raise UnsafePath("{} is not a regular file".format(path))
-        if info.st_size > limit:
-            raise UnsafePath("{} is larger than {} bytes".format(path, limit))
-        chunks, size = [], 0
-        while size <= limit:  # the size may have grown since fstat: stop once past the limit
-            chunk = os.read(handle, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise UnsafePath("{} is larger than {} bytes".format(path, limit))
-        return b"".join(chunks)
-    finally:
+        return os.fdopen(handle, "rb")
+    except BaseException:
         os.close(handle)
+        raise
+
+
+def read_bytes_bounded(path: PathLike, limit: int) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them; never through a link, never
+    from a FIFO or device (see open_for_reading). Raises UnsafePath for those and for a file larger
+    than `limit`, so that nothing planted fills the reader's memory."""
+    with open_for_reading(path) as stream:
+        if os.fstat(stream.fileno()).st_size > limit:
+            raise UnsafePath("{} is larger than {} bytes".format(path, limit))
+        content = stream.read(limit + 1)  # the size may have grown since fstat: still bounded
+    if len(content) > limit:
+        raise UnsafePath("{} is larger than {} bytes".format(path, limit))
+    return content
 
 
 # What a name the host joins into a path may hold: letters, digits and ``_.+-``, never ``..``

@@ -17,6 +17,7 @@ from typing import Callable
 
 from orchestrator.backends.ray.driver import RayBackend
 from orchestrator.backends.ray.nodes import alive_nodes
+from orchestrator import numerals
 from orchestrator.errors import UserError, first_line
 
 RAY_EXTRA = 'pip install -e ".[ray]"'
@@ -37,16 +38,17 @@ def import_ray():
 
 def check_address(address: str) -> tuple[str, int]:
     """HOST:PORT, answering on TCP now: else one line (an unreachable head would have Ray wait long)."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"--ray-address {address!r}: give the head node's HOST:PORT, e.g. 10.0.0.5:6379")
+    parsed = numerals.host_and_port(address)
+    if parsed is None:
+        raise UserError(f"--ray-address {address!r:.80}: give the head node's HOST:PORT, e.g. 10.0.0.5:6379")
+    host, port = parsed
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host.strip("[]"), port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as error:
         raise UserError(f"--ray-address {address}: no Ray head answers there ({error.strerror or error}); "
                         f"start one with `ray start --head --node-ip-address=HOST --port={port}` or check the "
                         f"address") from None
-    return host, int(port)
+    return host, port
 
 
 def start(frameworks: dict, options, log: Callable[[str], None]) -> RayBackend:

@@ -11,6 +11,7 @@ import os
 import pathlib
 from typing import Optional, Tuple
 
+from .. import safe_files
 from .errors import DataError
 from .files import remove_quietly, write_atomically
 from .published import RemoteFile
@@ -19,17 +20,27 @@ CHUNK_BYTES = 1 << 20
 
 
 def verify_present_file(remote: RemoteFile, target: pathlib.Path) -> None:
-    """Check a file already in the data dir; a stamp spares re-hashing an unchanged file."""
-    size = target.stat().st_size
-    if size > remote.max_bytes:
-        raise too_large(remote, target, size)
-    if _stamp_matches(remote, target):
-        return
-    for algorithm, expected in remote.expected_digests().items():
-        got = file_digest(target, algorithm)
-        if got != expected:
-            raise corrupt_file(remote, target, (algorithm, expected, got))
+    """Check a file already in the data dir; a stamp spares re-hashing an unchanged file. Raises
+    OSError when it cannot be read (safe_files.UnsafePath for a link, a FIFO, a folder)."""
+    with open_archive(target) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > remote.max_bytes:
+            raise too_large(remote, target, size)
+        if _stamp_matches(remote, target):
+            return
+        hasher = ArchiveHasher(remote)
+        for chunk in iter(lambda: stream.read(CHUNK_BYTES), b""):
+            hasher.update(chunk)
+    mismatch = hasher.mismatch()
+    if mismatch:
+        raise corrupt_file(remote, target, mismatch)
     write_stamp(remote, target)
+
+
+def open_archive(target: pathlib.Path):
+    """The archive opened to read: never through a link, never a FIFO or a device (a data folder
+    may hold anything; docs/RUN-GUARANTEES.md, bad input)."""
+    return safe_files.open_for_reading(target)
 
 
 # A digest the bytes do not have: (algorithm, expected, got).
@@ -75,7 +86,7 @@ def read_verified(remote: RemoteFile, target: pathlib.Path) -> bytes:
 
     Hashing the bytes that are then parsed leaves no window in which the file could change.
     """
-    with open(target, "rb") as stream:
+    with open_archive(target) as stream:
         size = os.fstat(stream.fileno()).st_size
         if size > remote.max_bytes:
             raise too_large(remote, target, size)
@@ -101,7 +112,7 @@ class VerifyingReader:
     def __init__(self, remote: RemoteFile, target: pathlib.Path):
         self.remote = remote
         self.target = target
-        self._stream = open(target, "rb")
+        self._stream = open_archive(target)
         self._hasher = ArchiveHasher(remote)
 
     def read(self, size: int = -1) -> bytes:
@@ -128,7 +139,7 @@ class VerifyingReader:
 
 def file_digest(path: pathlib.Path, algorithm: str) -> str:
     hasher = new_hasher(algorithm)
-    with open(path, "rb") as stream:
+    with open_archive(path) as stream:
         for chunk in iter(lambda: stream.read(CHUNK_BYTES), b""):
             hasher.update(chunk)
     return hasher.hexdigest()
@@ -163,8 +174,15 @@ def _stamp_text(remote: RemoteFile, target: pathlib.Path) -> str:
     return f"{' '.join(remote.expected_digests().values())} {status.st_size} {status.st_mtime_ns}\n"
 
 
+# A stamp is one line of digests, a size and a time; anything longer is not one.
+LONGEST_STAMP = 1024
+
+
 def _stamp_matches(remote: RemoteFile, target: pathlib.Path) -> bool:
+    """Whether the stamp beside `target` says it is unchanged since verified; a stamp that is a
+    link, a FIFO, a folder or no text is no stamp (read bounded: safe_files.read_bytes_bounded)."""
     try:
-        return _stamp_path(remote, target).read_text() == _stamp_text(remote, target)
+        stamp = safe_files.read_bytes_bounded(_stamp_path(remote, target), LONGEST_STAMP)
+        return stamp.decode("utf-8") == _stamp_text(remote, target)
     except (OSError, UnicodeDecodeError):
         return False

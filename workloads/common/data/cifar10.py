@@ -23,10 +23,10 @@ def load_cifar10(data_dir: Union[str, os.PathLike], *, remote: RemoteFile = CIFA
     data_dir = pathlib.Path(data_dir)
     archive = fetch(remote, data_dir, offline=offline)
     cache_dir = data_dir / "cache" / f"cifar10-{remote.digest.lower()[:12]}"
-    arrays = read_cache(cache_dir, _check_cifar10_arrays)
+    arrays = read_cache(data_dir, cache_dir, _check_cifar10_arrays)
     if arrays is None:
         arrays = _parse_cifar10_archive(remote, archive)
-        write_cache(cache_dir, arrays)
+        write_cache(data_dir, cache_dir, arrays)
     return Dataset(x_train=_to_unit_float(arrays["x_train"]), y_train=np.array(arrays["y_train"], dtype=np.int64),
                    x_test=_to_unit_float(arrays["x_test"]), y_test=np.array(arrays["y_test"], dtype=np.int64),
                    source="real", checksum=f"{remote.algorithm}:{remote.digest.lower()}")

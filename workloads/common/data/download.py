@@ -2,6 +2,7 @@
 import http.client
 import os
 import pathlib
+import stat
 import tempfile
 import urllib.request
 from typing import Optional, Union
@@ -17,17 +18,46 @@ DOWNLOAD_TIMEOUT_S = 60
 
 def fetch(remote: RemoteFile, data_dir: Union[str, os.PathLike], *, offline: bool = False,
           progress: Optional[ProgressCallback] = None) -> pathlib.Path:
-    """Return ``data_dir/remote.filename``, verified against its checksum, downloading it if absent."""
+    """Return ``data_dir/remote.filename``, verified against its checksum, downloading it if absent.
+
+    The data folder may hold anything (docs/RUN-GUARANTEES.md, bad input): an archive that is a
+    link (never followed), a folder, a FIFO or a device, or that cannot be read, is a DataError, as
+    is a data folder that is no folder; the data folder itself may be a link to one."""
     data_dir = pathlib.Path(data_dir)
     target = data_dir / remote.filename
-    if target.is_file():
-        verify_present_file(remote, target)
+    fix = "delete it and run again to download it afresh, or put the archive itself there"
+    try:
+        kind = os.lstat(str(target)).st_mode
+    except FileNotFoundError:
+        kind = None
+    except NotADirectoryError:
+        raise _not_a_folder(remote, data_dir) from None
+    except OSError as error:
+        raise DataError(f"{remote.name}: cannot read {target} ({describe(error)}); {fix}") from None
+    if kind is not None:
+        if stat.S_ISLNK(kind):
+            raise DataError(f"{remote.name}: {target} is a symbolic link, which is never followed in the data "
+                            f"folder; {fix}")
+        if not stat.S_ISREG(kind):
+            what = "a folder" if stat.S_ISDIR(kind) else "a FIFO or a device"
+            raise DataError(f"{remote.name}: {target} is {what}, not the archive; {fix}")
+        try:
+            verify_present_file(remote, target)
+        except OSError as error:  # unreadable, or swapped for a link or a FIFO since
+            raise DataError(f"{remote.name}: cannot read {target} ({describe(error)}); {fix}") from None
         return target
+    if os.path.lexists(str(data_dir)) and not os.path.isdir(str(data_dir)):
+        raise _not_a_folder(remote, data_dir)
     offline = offline or os.environ.get("ROSETTA_OFFLINE", "").strip().lower() in ("1", "true", "yes")
     if offline:
         raise _cannot_download(remote, data_dir, "offline mode")
     _download(remote, data_dir, target, progress)
     return target
+
+
+def _not_a_folder(remote: RemoteFile, data_dir: pathlib.Path) -> DataError:
+    return DataError(f"{remote.name}: the data folder {data_dir} is not a folder (a file, or a link to nothing); "
+                     f"pass --data-dir a folder, or set ROSETTA_DATA_DIR to one")
 
 
 def _cannot_download(remote: RemoteFile, data_dir: pathlib.Path, reason: str) -> DataError:

@@ -42,10 +42,10 @@ def load_imdb(data_dir: Union[str, os.PathLike], *, settings, remote: RemoteFile
     cache_dir = data_dir / "cache" / ("imdb-{}-v{vocabulary}-len{sequence_length}-start{start_char}-oov{oov_char}"
                                       "-from{index_from}".format(remote.digest.lower()[:12], **options))
     fetch(remote, data_dir, offline=offline)
-    arrays = read_cache(cache_dir, lambda found: _check_imdb_arrays(found, options["sequence_length"]))
+    arrays = read_cache(data_dir, cache_dir, lambda found: _check_imdb_arrays(found, options["sequence_length"]))
     if arrays is None:
         arrays = _preprocess_reviews(load_imdb_reviews(data_dir, remote=remote, offline=True), options)
-        write_cache(cache_dir, arrays)
+        write_cache(data_dir, cache_dir, arrays)
     return Dataset(x_train=np.array(arrays["x_train"]), y_train=np.array(arrays["y_train"]),
                    x_test=np.array(arrays["x_test"]), y_test=np.array(arrays["y_test"]),
                    source="real", checksum=f"{remote.algorithm}:{remote.digest.lower()}")
@@ -66,10 +66,10 @@ def load_imdb_reviews(data_dir: Union[str, os.PathLike], *, remote: RemoteFile =
     data_dir = pathlib.Path(data_dir)
     archive = fetch(remote, data_dir, offline=offline)
     cache_dir = data_dir / "cache" / f"imdb-reviews-{remote.digest.lower()[:12]}"
-    arrays = read_cache(cache_dir, _check_review_arrays, names=_REVIEW_ARRAYS)
+    arrays = read_cache(data_dir, cache_dir, _check_review_arrays, names=_REVIEW_ARRAYS)
     if arrays is None:
         arrays = _convert_imdb_archive(remote, archive)
-        write_cache(cache_dir, arrays)
+        write_cache(data_dir, cache_dir, arrays)
     return arrays
 
 
@@ -79,7 +79,11 @@ def reviews_of(tokens: np.ndarray, offsets: np.ndarray) -> List[np.ndarray]:
 
 
 def _convert_imdb_archive(remote: RemoteFile, archive: pathlib.Path) -> dict:
-    content = read_verified(remote, archive)  # the digest of exactly these bytes is the published one
+    try:
+        content = read_verified(remote, archive)  # the digest of exactly these bytes is the published one
+    except OSError as error:  # unreadable, or swapped for a link or a FIFO since fetch checked it
+        raise DataError(f"{remote.name}: cannot read {archive} ({describe(error)}); "
+                        f"delete it and run again to download it afresh") from None
     try:
         # allow_pickle is safe here only because `content` was verified just above, in this process.
         with np.load(io.BytesIO(content), allow_pickle=True) as npz:
