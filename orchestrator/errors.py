@@ -31,13 +31,19 @@ class ClusterLost(UserError):
     exit_code = EXIT_CELLS_FAILED
 
 
+def printable(text: str) -> str:
+    """`text` with every line break and control character written as its escape: one printable line
+    (what a cell, a node or a file handed over may hold anything)."""
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
+
+
 def first_line(error: BaseException | str | None, limit: int = 300) -> str:
-    """An error (or a text) as one short line: a Docker API error's own explanation when it gave
-    one, else the first non-empty line, else the error's type; cut at `limit` with an ellipsis."""
+    """An error (or a text) as one short, printable line: a Docker API error's own explanation when
+    it gave one, else the first non-empty line, else the error's type; cut at `limit` with an ellipsis."""
     if isinstance(error, BaseException):
         text = str(getattr(error, "explanation", None) or error).strip()
         fallback = type(error).__name__
     else:
         text, fallback = (error or "").strip(), ""
-    line = text.splitlines()[0].strip() if text else fallback
+    line = printable(text.splitlines()[0].strip()) if text else fallback
     return line if len(line) <= limit else line[: limit - 1] + "…"

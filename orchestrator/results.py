@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, printable
 from workloads.common import declaration, options as framework_options, safe_files
 from workloads.common.cell import unsafe_name_problem
 from workloads.common.result import (READABLE_SCHEMA_VERSIONS, STATUSES, Cell, Metrics, Provenance, Result, Samples,
@@ -177,12 +177,7 @@ def parse_cell_bytes(content: bytes, name: str) -> Result:
     try:
         return _parse_cell_bytes(content, name)
     except SchemaError as error:
-        raise SchemaError(one_line(str(error))) from error
-
-
-def one_line(text: str) -> str:
-    """`text` with every line break and control character written as its escape: one printable line."""
-    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
+        raise SchemaError(printable(str(error))) from error
 
 
 def _parse_cell_bytes(content: bytes, name: str) -> Result:

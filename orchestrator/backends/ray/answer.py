@@ -22,7 +22,7 @@ from pathlib import Path
 
 from orchestrator import results
 from orchestrator.backends import LONGEST_TIMEOUT_S
-from orchestrator.errors import first_line
+from orchestrator.errors import first_line, printable
 from workloads.common.result import Cell, Result, SchemaError
 
 LOG_LIMIT_BYTES = 64 << 20  # a cell's log shipped back to the driver: its last 64 MiB
@@ -110,7 +110,7 @@ FIELDS = {
 
 
 def _named(keys) -> str:
-    shown = [results.one_line(repr(key))[:40] for key in list(keys)[:3]]
+    shown = [printable(repr(key))[:40] for key in list(keys)[:3]]
     return ", ".join(shown) + (", ..." if len(keys) > 3 else "")
 
 
@@ -150,7 +150,7 @@ def error_outcome(error: BaseException, exceptions, node: str) -> tuple[str, str
     so the losses, which Ray raises as they are, are tested first. A task cancelled is one someone
     else cancelled (`ray cancel`, the cluster): a stopping run's tasks end in the driver's cancel(),
     not here."""
-    said = results.one_line(first_line(error))
+    said = first_line(error)
     lost = (exceptions.WorkerCrashedError, exceptions.NodeDiedError, exceptions.ObjectLostError,
             exceptions.TaskUnschedulableError, exceptions.LocalRayletDiedError, exceptions.RaySystemError)
     if isinstance(error, exceptions.OutOfMemoryError):  # Ray's memory monitor killed the task's worker
@@ -161,9 +161,9 @@ def error_outcome(error: BaseException, exceptions, node: str) -> tuple[str, str
         return FAILED, (f"its task was cancelled on node {node}, not by this run (`ray cancel`, or the "
                         f"cluster cancelled it); run it again with --resume")
     if isinstance(error, exceptions.RayTaskError):  # the node side itself broke: not retried
-        return FAILED, f"on node {node}: {results.one_line(first_line(error.cause or error))}"
+        return FAILED, f"on node {node}: {first_line(error.cause or error)}"
     if isinstance(error, exceptions.RuntimeEnvSetupError):  # its first line is only "Failed to set up ..."
-        said = results.one_line(first_line(getattr(error, "error_message", None) or error))
+        said = first_line(getattr(error, "error_message", None) or error)
         return FAILED, (f"node {node} could not set up the task's runtime environment ({said}); fix that "
                         f"node's Ray, then run it again with --resume")
     if isinstance(error, (exceptions.ObjectStoreFullError, exceptions.OutOfDiskError)):
