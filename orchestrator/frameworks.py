@@ -87,7 +87,7 @@ class Framework:
     package: str | None = None  # the pinned package whose version names the image tag
     runtime: str | None = None  # workloads/runtime/<runtime>.py, when shared (mxnet-module uses mxnet's)
     notes: str = ""
-    image: dict = field(default_factory=dict)  # metadata.toml's [image] table (orchestrator/dockerfiles.py)
+    image: dict = field(default_factory=dict)  # metadata.toml's [image] table (orchestrator/images/dockerfile.py)
     language: Language = PYTHON
     # whose Python environment the local backend gives its cells: its own, or another framework's
     # with the same requirements (r-keras runs on keras-tf's: the same engine, one environment)

@@ -27,8 +27,8 @@ import pytest
 
 from orchestrator.backends.options import BackendOptions
 from orchestrator.backends import CellJob
-from orchestrator.backends.docker import (CELL_LABEL, SESSION_LABEL, DockerBackend, connect,
-                                          remove_leftover_containers)
+from orchestrator.backends.container_lifetime import CELL_LABEL, SESSION_LABEL
+from orchestrator.backends.docker import DockerBackend, connect, remove_leftover_containers
 from orchestrator.errors import UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Variant
 from workloads.common.result import Cell

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from orchestrator import dockerfiles, frameworks, images
+from orchestrator import frameworks, images
+from orchestrator.images import dockerfile as dockerfiles
 from orchestrator.errors import UserError
 from workloads.common import naming
 

@@ -82,7 +82,7 @@ _ENTRY = st.tuples(st.sampled_from(WANTED + UNWANTED + BAD_NAMES).map(str.encode
 @HOSTILE
 @given(entries=st.lists(_ENTRY, min_size=1, max_size=6, unique_by=lambda entry: entry[0]))
 def test_any_wheelhouse_gives_its_usable_wheels_or_is_refused_in_one_line(tmp_path_factory, monkeypatch, entries):
-    from orchestrator import wheelhouse as wheelhouse_module
+    from orchestrator.images import wheelhouse as wheelhouse_module
 
     monkeypatch.setattr(wheelhouse_module, "LARGEST_WHEEL", SMALL_LIMIT)
     folder = tmp_path_factory.mktemp("wheels")
@@ -118,7 +118,7 @@ def test_a_wanted_wheel_that_is_no_plain_file_is_refused_naming_it(tmp_path, kin
 
 
 def test_a_wheel_larger_than_the_cap_is_refused_before_it_is_read(tmp_path):
-    from orchestrator import wheelhouse as wheelhouse_module
+    from orchestrator.images import wheelhouse as wheelhouse_module
 
     folder = tmp_path / "wheels"
     folder.mkdir()

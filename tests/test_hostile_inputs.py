@@ -253,7 +253,7 @@ def test_hostile_run_records_through_the_command_line(tmp_path, how):
         assert (tmp_path / f"run{position}" / "run.json").read_bytes() == RUN_CASES[name], f"{name}: rewritten"
 
 
-# --- images.lock (orchestrator/image_lock.py): read by pull, run-matrix --pull, publish --merge-lock ---
+# --- images.lock (orchestrator/images/lock.py): read by pull, run-matrix --pull, publish --merge-lock ---
 
 def _lock_entry(variant: str, version: str, fill: str) -> dict:
     return {"registry": "ghcr.io/rosetta-bench", "repository": "rosetta-pytorch", "tag": f"{variant}-{version}",
@@ -275,7 +275,7 @@ _LOCK_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 def use_lock(path: Path) -> dict:
     """What pull and run-matrix --pull do with the lock before pulling: every entry's reference
     in the default registry and its own, the label checks the pulled image must pass."""
-    from orchestrator import image_lock
+    from orchestrator.images import lock as image_lock
 
     entries = image_lock.read(path)
     for (framework, variant), entry in entries.items():
@@ -347,7 +347,7 @@ LOCK_PLANTS = {
 
 @pytest.mark.parametrize("case", LOCK_PLANTS)
 def test_a_lock_that_is_no_file_or_holds_a_value_of_the_wrong_shape_is_refused(tmp_path, case):
-    from orchestrator import image_lock
+    from orchestrator.images import lock as image_lock
 
     plant, expected = LOCK_PLANTS[case]
     (tmp_path / "elsewhere.lock").write_text(json.dumps(VALID_LOCK))

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from orchestrator import frameworks, image_lock, images
+from orchestrator import frameworks, images
+from orchestrator.images import lock as image_lock
 from orchestrator.__main__ import main
 from orchestrator.errors import UserError
 

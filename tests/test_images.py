@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import dockerfiles, frameworks, image_lock, images
+from orchestrator import frameworks, images
+from orchestrator.images import dockerfile as dockerfiles, lock as image_lock
 from orchestrator.__main__ import main
 from orchestrator.errors import UserError
 from workloads.common.result import Result

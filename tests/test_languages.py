@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import dockerfiles, frameworks, images
+from orchestrator import frameworks, images
+from orchestrator.images import dockerfile as dockerfiles
 from orchestrator.backends.local import LocalBackend
 from orchestrator.errors import UserError
 from orchestrator.report import render

@@ -87,7 +87,8 @@ def test_the_entry_point_exports_only_from_canonical_weights():
 
 def test_docker_mounts_the_export_folder_writable_and_nothing_else_changes(tmp_path):
     pytest.importorskip("docker")
-    from orchestrator.backends.docker import EXPORT_MOUNT, DockerBackend
+    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.docker_container import EXPORT_MOUNT
 
     class Engine:
         def info(self):

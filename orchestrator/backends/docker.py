@@ -36,14 +36,16 @@ from typing import Callable
 import docker
 import requests
 
-from rich.markup import escape
 
 from orchestrator import host, images
-from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables,
-                                   remove_work, tail, write_cell_document)
-from orchestrator.backends.container_lifetime import (CELL_LABEL, SESSION_LABEL, deadline_entrypoint,
-                                                      deferred_interrupts, lifetime_labels, remove_containers_of_ended_runs,
+from orchestrator.images import labels as image_labels
+from orchestrator.images.resolve import CellImages
+from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, remove_work, tail, write_cell_document)
+from orchestrator.backends.container_lifetime import (deadline_entrypoint,
+                                                      deferred_interrupts, remove_containers_of_ended_runs,
                                                       remove_leftover_containers)
+from orchestrator.backends.docker_container import (DATA_MOUNT, EXPORT_MOUNT, RESULT_FILE, RESULTS_MOUNT,
+                                                    container_options, give_to_container_user)
 from orchestrator.backends.options import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS, BackendOptions
 from orchestrator.errors import CannotRunHere, UserError, first_line
 from orchestrator.frameworks import Framework
@@ -52,17 +54,6 @@ from workloads.common.result import Cell, Result
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
-# The images' non-root user (images/Dockerfile.j2: useradd --uid 10001, HOME=/home/rosetta).
-CONTAINER_UID = 10001
-CONTAINER_USER_NAME = "rosetta"
-CONTAINER_HOME = "/home/rosetta"
-DATA_MOUNT = "/data"
-RESULTS_MOUNT = "/results"
-RESULT_FILE = f"{RESULTS_MOUNT}/result.json"
-EXPORT_MOUNT = "/export"  # an ONNX export's writable folder (orchestrator/onnx_export.py)
-
-TMPFS_SIZE = "4g"  # each of /tmp and HOME: compilers' caches fit, a runaway cell's writes stop there
-LOG_ROTATION = {"max-size": "32m", "max-file": "2"}  # the most of a cell's output the engine keeps: 64 MiB
 # API calls other than waiting for a cell (create, logs, kill, remove) get the SDK's usual limit.
 API_TIMEOUT_S = 60.0
 # After a timeout: how long to wait for the killed container to stop before reading its logs.
@@ -223,51 +214,9 @@ class DockerBackend(Backend):
         result.provenance.extras["container_pids_limit"] = str(self.pids_limit) if self.pids_limit else "none"
 
     def _container_options(self, job: CellJob, out_dir: Path) -> dict:
-        uid, gid = container_user()
-        # USER and LOGNAME: getpass.getuser() (PyTorch's compile caches use it) reads them first, and
-        # the invoking user's uid has no entry in the image's /etc/passwd
-        environment = {"PYTHONUNBUFFERED": "1", "USER": CONTAINER_USER_NAME, "LOGNAME": CONTAINER_USER_NAME}
-        environment.update(inherited_speed_variables())  # as the local backend passes them (OMP_NUM_THREADS, ...)
-        if job.git_revision:
-            environment["ROSETTA_GIT_REVISION"] = job.git_revision
-        options = dict(
-            detach=True,
-            user=f"{uid}:{gid}",
-            init=True,  # Docker's init as PID 1 reaps what the cell leaves running and forwards signals
-            environment=environment,
-            labels={CELL_LABEL: job.cell.key, SESSION_LABEL: self.session, **lifetime_labels(job.timeout)},
-            network_mode="none",  # datasets are fetched on the host before any cell starts
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            privileged=False,
-            read_only=True,
-            # Docker mounts tmpfs noexec by default; compilers (torch.compile, XLA, Triton) write
-            # shared objects to /tmp or HOME and load them, so both must allow exec. Each is capped.
-            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},mode=1777",
-                   CONTAINER_HOME: f"rw,exec,nosuid,nodev,size={TMPFS_SIZE},uid={uid},gid={gid},mode=0700"},
-            # The engine keeps a container's output until it is removed: capped, as the disk is shared.
-            log_config=docker.types.LogConfig(type="json-file", config=LOG_ROTATION),
-            mounts=[docker.types.Mount(target=DATA_MOUNT, source=str(job.data_dir), type="bind", read_only=True),
-                    docker.types.Mount(target=RESULTS_MOUNT, source=str(out_dir), type="bind", read_only=False)],
-        )
-        if self.memory_limit:  # swap included: the limit is real, and swapping would skew the timings
-            options.update(mem_limit=self.memory_limit, memswap_limit=self.memory_limit)
-        if self.pids_limit:
-            options["pids_limit"] = self.pids_limit
-        if job.export_dir:  # writable by the container's user: the caller gave it to that user
-            options["mounts"].append(docker.types.Mount(target=EXPORT_MOUNT, source=str(job.export_dir),
-                                                        type="bind", read_only=False))
-        engine_host = (self._info() or {}).get("Name")
-        if engine_host:
-            # the workload records its hostname; the engine's host says more than a container ID
-            options["hostname"] = engine_host
-        if job.device == "cuda":
-            if self.gpu_ids:
-                request = docker.types.DeviceRequest(device_ids=self.gpu_ids, capabilities=[["gpu"]])
-            else:
-                request = docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
-            options["device_requests"] = [request]
-        return options
+        return container_options(job, out_dir, session=self.session, memory_limit=self.memory_limit,
+                                 pids_limit=self.pids_limit, gpu_ids=self.gpu_ids,
+                                 engine_host=(self._info() or {}).get("Name"))
 
     def _wait(self, container, timeout: float | None) -> _Exit:
         started = time.monotonic()
@@ -335,7 +284,7 @@ class DockerBackend(Backend):
         says which code produced it, whichever image tag it came from."""
         result.provenance.backend = self.name
         result.provenance.image_id = image.id
-        labels = image_labels(image)
+        labels = image_labels.read(image)
         result.provenance.image_revision = labels.get(images.REVISION_LABEL) or None
         result.provenance.image_sources_sha256 = labels.get(images.SOURCES_LABEL) or None
         digests = image.attrs.get("RepoDigests") or []
@@ -386,31 +335,6 @@ def connect(timeout: float = 10.0) -> docker.DockerClient:
     return client
 
 
-def container_user() -> tuple[int, int]:
-    """The uid:gid cell containers run as. As root: the images' own unprivileged user, and
-    `give_to_container_user` hands it the folders it writes. Otherwise we cannot hand a folder to
-    another uid (chown needs root), so the container runs as the invoking user, who owns them
-    already: no folder ever needs to be writable by anyone else."""
-    if os.geteuid() == 0:
-        return CONTAINER_UID, CONTAINER_UID
-    return os.geteuid(), os.getegid()
-
-
-def give_to_container_user(folder: Path) -> None:
-    """Make a folder we created (mode 0700) the cell container's to write: chown when we are
-    root; otherwise the container runs as us (`container_user`), so there is nothing to do."""
-    if os.geteuid() == 0:
-        os.chown(folder, *container_user())
-
-
-def image_labels(image) -> dict[str, str]:
-    """An image's labels, as the SDK reports them (`Image.labels`, else its Config's): {} for none."""
-    labels = getattr(image, "labels", None)
-    if labels is None:
-        labels = ((getattr(image, "attrs", None) or {}).get("Config") or {}).get("Labels")
-    return {str(key): str(value) for key, value in (labels or {}).items()}
-
-
 def _parse_gpus(gpus: str | None) -> list[str] | None:
     if gpus is None:
         return None
@@ -434,27 +358,7 @@ def start(frameworks: dict, options: BackendOptions, log: Callable[[str], None])
         raise UserError("--python runs cells with a host interpreter: it needs --backend local")
     client = connect()
     _remove_containers_of_ended_runs(client, log)
-    failures: dict[str, UserError] = {}  # one failed build or pull is not retried for every cell
-    # tag -> the reference to run (the tag, or repository@digest when pulled by images.lock): checked
-    # (sources digest, lock entry) or built once in this run, not again per cell
-    ready: dict[str, str] = {}
-
-    def image_for(cell) -> str:
-        framework = frameworks[cell.framework]
-        variant = framework.variant(cell.variant)
-        tag = images.image_tag(framework, variant, options.build.registry)
-        if tag in ready:
-            return ready[tag]
-        if tag not in failures:
-            try:
-                ready[tag] = images.ensure_image(client, framework, variant, options.build, pull=options.pull, log=log)
-                return ready[tag]
-            except UserError as error:
-                failures[tag] = error
-                said = "not run here:" if isinstance(error, CannotRunHere) else "[red]error:[/red]"
-                log(f"{said} {escape(str(error))}")
-        raise failures[tag]
-
+    image_for = CellImages(client, frameworks, options.build, pull=options.pull, log=log)
     return DockerBackend(frameworks, client=client, image_for=image_for, gpus=options.gpus,
                          memory_limit=options.container_memory, pids_limit=options.container_pids, log=log)
 

@@ -127,7 +127,7 @@ def add_registry_target(parser: argparse.ArgumentParser) -> None:
 
 def add_lock_registry(parser: argparse.ArgumentParser, *, verb: str) -> None:
     """pull and publish: the registry (default: the project's, image_lock.DEFAULT_REGISTRY) and the lock file."""
-    from orchestrator import image_lock
+    from orchestrator.images import lock as image_lock
 
     parser.add_argument("--registry", help=f"the registry to {verb} (default: ${image_lock.REGISTRY_VARIABLE}, else "
                         f"{image_lock.DEFAULT_REGISTRY})")
@@ -152,7 +152,7 @@ def add_build_options(parser: argparse.ArgumentParser, *, registry: bool = True)
 def build_options(args: argparse.Namespace) -> images.BuildOptions:
     registry_name = getattr(args, "registry", None)
     if getattr(args, "pull", False):  # pulled images come from the project's registry unless told otherwise
-        from orchestrator import image_lock
+        from orchestrator.images import lock as image_lock
 
         registry_name = image_lock.registry(registry_name)
     return images.BuildOptions.from_environment(registry=registry_name, base_image=args.base_image,

@@ -84,7 +84,8 @@ def _unreadable(folder: Path, error: OSError, option: str) -> str:
 
 def leftover_containers() -> str:
     """Cell containers that a killed run left on the engine (a finished run leaves none)."""
-    from orchestrator.backends.docker import CELL_LABEL, connect
+    from orchestrator.backends.container_lifetime import CELL_LABEL
+    from orchestrator.backends.docker import connect
 
     try:
         found = connect().containers.list(all=True, filters={"label": CELL_LABEL})

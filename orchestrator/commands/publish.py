@@ -5,7 +5,8 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator import host, image_lock, images
+from orchestrator import host, images
+from orchestrator.images import lock as image_lock
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import console
 from orchestrator.errors import UserError

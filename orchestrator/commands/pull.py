@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator import image_lock
+from orchestrator.images import lock as image_lock
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import console
 
