@@ -14,7 +14,7 @@ import numpy as np
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -58,9 +58,7 @@ def select_device(run: Run) -> Caffe2Policy:
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to Caffe2 on this host")
     on_gpu = gpus > 0 and run.requested_device != "cpu"
-    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
-        raise Unsupported("{}: the Caffe2 rows run fp32 only (Caffe2's fp16 needs FloatToHalf casts and "
-                          "fp16 operators throughout; CUDA 10.2 predates TF32 and bf16)".format(run.precision))
+    precision_rules.check("caffe2", run.precision, "cuda" if on_gpu else "cpu")  # (FAIRNESS.md: true-precision)
     gpu_name, cuda_version = None, None
     if on_gpu:
         properties = workspace.GetDeviceProperties(0)

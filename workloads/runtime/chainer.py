@@ -19,7 +19,7 @@ import chainer
 from chainer.backends import cuda
 from chainer.functions.rnn import n_step_rnn
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -42,16 +42,7 @@ def select_device(run: Run) -> ChainerPolicy:
         raise Unsupported(f"{reason}: Chainer reaches a GPU only through CuPy")
     on_gpu = gpu_available and run.requested_device != "cpu"
     precision = run.precision
-    if not on_gpu and precision in ("tf32", "fp16", "bf16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU (NumPy)")
-    if precision == "tf32":
-        raise Unsupported("Chainer 7.8.1 and CuPy 7.8 have no TF32 switch (CUPY_TF32 came with CuPy 8): without "
-                          "NVIDIA_TF32_OVERRIDE=0 cuDNN 8 may run the fp32 convolutions as TF32 on Ampere while "
-                          "cuBLAS keeps the matmuls fp32, a mix that is not a tf32 cell")
-    if precision == "bf16":
-        raise Unsupported("Chainer 7.8.1 has no bf16 switch (its CuPy and cuDNN predate it)")
-    if precision == "fp16":
-        raise Unsupported("fp16 (Chainer's 'mixed16' dtype with loss scaling) is not wired in this benchmark")
+    precision_rules.check("chainer", precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     chainer.config.train = True  # the loops below switch it off for evaluation and inference
     # cuDNN convolution autotuning (FAIRNESS.md: autotune); its cost lands in the first step
     chainer.config.autotune = True

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -61,9 +61,7 @@ def select_device(run: Run) -> CNTKPolicy:
         raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only "
                           "cntk wheel; cntk-gpu needs CUDA 10.0 / cuDNN 7)")
     on_gpu = bool(gpus) and run.requested_device != "cpu"
-    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
-        raise Unsupported("{}: the CNTK rows run fp32 only (CNTK 2.7 predates TF32 and bf16, and its fp16 "
-                          "is not exposed through these layers and learners)".format(run.precision))
+    precision_rules.check("cntk", run.precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     gpu_name = None
     if on_gpu:
         properties = C.device.get_gpu_properties(gpus[0])

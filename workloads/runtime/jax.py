@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -78,12 +78,11 @@ def select_device(run: Run) -> JaxPolicy:
         raise Unsupported("no CUDA GPU visible to JAX on this host (CPU jaxlib, or no GPU)")
     device_type = "cuda" if gpus and run.requested_device != "cpu" else "cpu"
     precision = run.precision
-    if device_type == "cpu" and precision in ("tf32", "fp16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
+    capability = None
     if device_type == "cuda":
-        major, _, minor = str(gpus[0].compute_capability).partition(".")
-        if precision in ("tf32", "bf16") and int(major) < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor or 0}")
+        major, _, minor = str(gpus[0].compute_capability).partition(".")  # e.g. "9.0"
+        capability = (int(major), int(minor or 0))
+    precision_rules.check("jax", precision, device_type, capability)
     device = gpus[0] if device_type == "cuda" else jax.devices("cpu")[0]
     jax.config.update("jax_default_device", device)
     # XLA's default fp32 matmul/convolution precision on a GPU may use TF32 (or bf16 passes):

@@ -18,7 +18,7 @@ import sys
 import keras
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -230,12 +230,7 @@ def select_device(run: Run) -> KerasPolicy:
         raise Unsupported(f"no CUDA GPU visible to Keras' {BACKEND} backend on this host")
     device = "cuda" if has_gpu and run.requested_device != "cpu" else "cpu"
     precision = run.precision
-    if device == "cpu" and precision in ("tf32", "fp16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
-    if device == "cuda":
-        major, minor = _BACKEND.capability()
-        if precision in ("tf32", "bf16") and major < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    precision_rules.check("keras", precision, device, _BACKEND.capability() if device == "cuda" else None)
     _BACKEND.use(device)
     _DEVICE[0] = device
     # XLA: the xla option on TensorFlow (never Keras' "auto", which turns XLA on whenever TensorFlow

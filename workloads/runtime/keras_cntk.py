@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -67,9 +67,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
     if run.requested_device == "cpu" and on_gpu:
         raise Unsupported("Keras' CNTK backend took the GPU when it was imported; set CUDA_VISIBLE_DEVICES= "
                           "to run this cell on the CPU")
-    if run.precision != "fp32":
-        raise Unsupported("{}: Keras 2.2 has no mixed-precision API and CNTK 2.7 predates TF32 and bf16; "
-                          "these rows run fp32 only".format(run.precision))
+    precision_rules.check("keras_cntk", run.precision, "cuda" if on_gpu else "cpu")  # (FAIRNESS.md: true-precision)
     gpu_name = None
     if on_gpu:
         properties = C.device.get_gpu_properties(device)

@@ -41,7 +41,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -137,8 +137,7 @@ def select_device(run: Run) -> MindSporePolicy:
     if run.requested_device == "cuda" and not gpu:
         raise Unsupported("no CUDA GPU visible to MindSpore on this host (its GPU plugin did not load)")
     device_type = "cuda" if gpu and run.requested_device != "cpu" else "cpu"
-    if run.precision != "fp32":
-        raise Unsupported(f"{run.precision} is not implemented for MindSpore (fp32 only)")
+    precision_rules.check("mindspore", run.precision, device_type)  # fp32 only (FAIRNESS.md: true-precision)
     onednn = set_onednn_isa(run)  # before the first oneDNN primitive (the CPU kernels; a GPU run's host ops too)
     ms.set_device("GPU" if device_type == "cuda" else "CPU")
     # graph mode: each Cell call and the jitted step are compiled to one static graph on first call

@@ -24,7 +24,7 @@ try:
 except ImportError:  # only the numpy helpers below are usable (tests/test_mxnet_units.py)
     mx = None
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -42,15 +42,7 @@ def select_device(run: Run) -> MXNetPolicy:
     context = mx.gpu(0) if gpus > 0 and run.requested_device != "cpu" else mx.cpu()
     precision = run.precision
     on_gpu = context.device_type == "gpu"
-    if not on_gpu and precision != "fp32":
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
-    if precision == "tf32":
-        raise Unsupported("MXNet 1.9.1 has no TF32 switch of its own: without NVIDIA_TF32_OVERRIDE=0 cuDNN 8 and "
-                          "cuBLAS 11 choose by their own defaults (cuDNN's fp32 convolutions may use TF32 on "
-                          "Ampere and newer), so a tf32 cell could not say what ran")
-    if precision != "fp32":
-        # MXNet 1.9.1 has AMP (mxnet.contrib.amp) for fp16 and no bf16 GPU path; not wired up here.
-        raise Unsupported(f"{precision} is not implemented for MXNet (fp32 only)")
+    precision_rules.check("mxnet", precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     tf32 = tf32_report(on_gpu)  # fp32 means true fp32 (FAIRNESS.md: true-precision), checked before any work
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.data.checksum import file_digest
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.result import CANONICAL_INIT
@@ -127,11 +127,7 @@ def select_device(run: Run) -> OrtPolicy:
             raise Unsupported("no CUDA GPU visible on this host (no /proc/driver/nvidia/gpus)")
     use_cuda = run.requested_device != "cpu" and CUDA in available and bool(gpus)
     precision = run.precision
-    if precision in ("fp16", "bf16"):
-        raise Unsupported(f"{precision}: ONNX Runtime runs the graph in the precision it was exported in (fp32); "
-                          f"a reduced-precision graph needs a separate conversion of the model, not done here")
-    if precision == "tf32" and not use_cuda:
-        raise Unsupported("tf32 needs a CUDA GPU; this cell runs on the CPU")
+    precision_rules.check("onnxruntime", precision, "cuda" if use_cuda else "cpu")
     if use_cuda:
         ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels (requirements-cu130.txt)
         options = {"device_id": 0,

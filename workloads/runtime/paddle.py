@@ -24,7 +24,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -90,14 +90,8 @@ def select_device(run: Run) -> PaddlePolicy:
         raise Unsupported("no CUDA GPU visible to Paddle on this host (CPU build, or no GPU)")
     device_type = "cuda" if gpus and run.requested_device != "cpu" else "cpu"
     precision = run.precision
-    if device_type == "cpu" and precision != "fp32":
-        # paddle.amp.auto_cast(dtype="bfloat16") on the CPU runs every kernel in float32 (checked
-        # with Paddle 3.3.1): recording that as bf16 would be a false figure.
-        raise Unsupported(f"{precision} needs a CUDA GPU with Paddle (its CPU kernels stay float32 under auto_cast)")
-    if device_type == "cuda":
-        major, minor = paddle.device.cuda.get_device_capability(0)
-        if precision in ("tf32", "bf16") and major < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    precision_rules.check("paddle", precision, device_type,
+                          paddle.device.cuda.get_device_capability(0) if device_type == "cuda" else None)
     channels_last = run.option("channels_last") == "on"
     if channels_last and run.cell.workload == "gru":
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")

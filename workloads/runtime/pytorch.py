@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 import torch
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -73,12 +73,8 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
         raise Unsupported("no CUDA GPU visible to PyTorch on this host")
     device = torch.device("cuda" if cuda_available and run.requested_device != "cpu" else "cpu")
     precision = run.precision
-    if device.type == "cpu" and precision in ("tf32", "fp16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        if precision in ("tf32", "bf16") and major < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    precision_rules.check("pytorch", precision, device.type,
+                     torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
     # fp32 means true fp32: TF32 tensor-core math only when asked for (FAIRNESS.md: true-precision).
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"

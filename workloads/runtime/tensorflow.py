@@ -17,7 +17,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -48,19 +48,14 @@ def select_device(run: Run) -> TensorFlowPolicy:
         raise Unsupported(f"no CUDA GPU visible to TensorFlow on this host{build}")
     on_gpu = bool(gpus) and run.requested_device != "cpu"
     precision = run.precision
-    if precision in ("fp16", "bf16"):
-        raise Unsupported(f"{precision}: these low-level TensorFlow rows run fp32 and tf32 only (TensorFlow's "
-                          "mixed precision is the Keras policy API; the keras-tf rows measure it)")
-    if precision == "tf32" and not on_gpu:
-        raise Unsupported("tf32 needs a CUDA GPU; this cell runs on the CPU")
+    if not on_gpu:
+        precision_rules.check("tensorflow", precision, "cpu")
     gpu_name = None
     if on_gpu:
         for gpu in gpus:  # before the GPUs are initialised: take memory as needed, so peak use means something
             tf.config.experimental.set_memory_growth(gpu, True)
         details = tf.config.experimental.get_device_details(gpus[0])
-        major, minor = details.get("compute_capability", (0, 0))
-        if precision == "tf32" and major < 8:
-            raise Unsupported(f"tf32 needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+        precision_rules.check("tensorflow", precision, "cuda", details.get("compute_capability", (0, 0)))
         # nvidia-smi's name (provenance.gpu) when TensorFlow's device details lack one
         gpu_name = details.get("device_name") or run.result.provenance.gpu.get("name") or "unknown CUDA GPU"
     else:
