@@ -1,9 +1,10 @@
 """The Rosetta view (code.html): each workload's implementations side by side, section by section.
 
 Every ``workloads/<workload>/<framework>.py`` is written with the same sections in the same order,
-each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run, parity;
-some frameworks add "loss and optimizer" or their own nets); what comes before the first marker
-is the file's header (its docstring, imports and MATCHED list). The files are read as text from
+each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run; some
+frameworks add "loss and optimizer" or their own nets); what comes before the first marker is the
+file's header (its docstring, imports and MATCHED list). The run section is the file's class for the
+scaffold every workload shares (workloads/common/scaffold.py): the steps that are this framework's. The files are read as text from
 this checkout and highlighted with Pygments, never imported (the host imports no framework), and
 their sections are aligned by name, so that two frameworks' models sit side by side.
 

@@ -6,7 +6,8 @@ A workload hands its Chain (on the device), its optimizer (set up on the Chain) 
 function; the step (forward, backward, update) is written once here. What ran is recorded in the
 result's extras: the update rule ("optimizer"), the GRU's kernel ("gru_kernel", detected from the
 graph the first training step built) and TF32 ("tf32"). Nothing is traced or compiled: Chainer is
-define-by-run, so ``samples.traces`` stays empty.
+define-by-run, so ``samples.traces`` stays empty. `Training` and `FeatureExtraction` are Chainer's side
+of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import chainer
 from chainer.backends import cuda
 from chainer.functions.rnn import n_step_rnn
 
-from workloads.common import loop, precision as precision_rules
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -238,3 +239,33 @@ def parity_features(run: Run, policy: ChainerPolicy, model: chainer.Chain, batch
     run.set_parameter_count(parameter_count(model))
     with chainer.using_config("train", False):
         return {"features": to_host(_logits(policy, model)(batch["x"]))}
+
+
+# --- the scaffold's Chainer part (workloads/common/scaffold.py) ---------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Chainer training workload: its file gives build_model, load_canonical, make_optimizer (a
+    chainer.Optimizer set up on the model) and loss_function; the device policy and the loops are
+    this module's."""
+
+    def select_device(self, run: Run) -> ChainerPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: ChainerPolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: ChainerPolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Chainer inference workload: its file gives build_model (on the policy's device) and load_canonical."""
+
+    def select_device(self, run: Run) -> ChainerPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: ChainerPolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: ChainerPolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

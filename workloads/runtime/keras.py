@@ -7,7 +7,9 @@ synchronising it, TF32, the convolution layout, versions) is here; the workload 
 Keras. A workload hands this module its compiled model (the loss and optimizer are compile()'s,
 the optimizers from `sgd_momentum` and `adam`: each backend's own built-in or fused op where one
 computes PyTorch's update); the training step is Keras' own compiled `train_function` (see
-TrainStep), traced once per input shape and counted (`run.note_trace`).
+TrainStep), traced once per input shape and counted (`run.note_trace`). `Training` and
+`FeatureExtraction` are Keras' side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import sys
 import keras
 import numpy as np
 
-from workloads.common import loop, precision as precision_rules
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -731,3 +733,32 @@ def parity_features(run: Run, policy: KerasPolicy, model: keras.Model, batch: di
     run.set_parameter_count(parameter_count(model))
     model.jit_compile = policy.jit_compile
     return {"features": keras.ops.convert_to_numpy(model.predict_on_batch(batch["x"]))}
+
+
+# --- the scaffold's Keras part (workloads/common/scaffold.py) -----------------------------------------
+
+class Training(scaffold.Training):
+    """A Keras training workload: its file gives build_model (compiled: the loss and the optimizer
+    are compile()'s, so make_optimizer keeps the scaffold's None) and load_canonical."""
+
+    def select_device(self, run: Run) -> KerasPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: KerasPolicy, model: keras.Model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, data)
+
+    def parity_steps(self, run: Run, policy: KerasPolicy, model: keras.Model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Keras inference workload: its file gives build_model and load_canonical."""
+
+    def select_device(self, run: Run) -> KerasPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: KerasPolicy, model: keras.Model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

@@ -8,7 +8,9 @@ the work is done, so honest timing needs ``mx.nd.waitall`` (``run.sync``) before
 A Gluon workload hands its hybridized block, its ``gluon.Trainer`` and its per-sample loss; the
 step (record, backward, ``Trainer.step``) is written once here. MXNet 1.9.1 reports no peak device
 memory of its own, so none is recorded. The numpy-only helpers at the end (the RNN operator's
-packed parameter vector) stay importable without MXNet, for the unit tests.
+packed parameter vector) stay importable without MXNet, for the unit tests. `Training` and
+`FeatureExtraction` are the Gluon rows' side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ try:
 except ImportError:  # only the numpy helpers below are usable (tests/test_mxnet_units.py)
     mx = None
 
-from workloads.common import loop, precision as precision_rules
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -295,6 +297,36 @@ def extract_features(run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> 
 def parity_features(run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(net.collect_params()))
     return {"features": to_host(_logits(policy, net)(batch["x"]))}
+
+
+# --- the scaffold's Gluon part (workloads/common/scaffold.py) -----------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Gluon training workload: its file gives build_model, load_canonical, make_optimizer (a
+    gluon.Trainer) and loss_function (a per-sample gluon.loss); the device policy and the loops are
+    this module's."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: MXNetPolicy, net, optimizer, data) -> None:
+        train_and_evaluate(run, policy, net, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: MXNetPolicy, net, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, net, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Gluon inference workload: its file gives build_model (hybridized) and load_canonical."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> None:
+        extract_features(run, policy, net, images)
+
+    def parity_features(self, run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
+        return parity_features(run, policy, net, batch)
 
 
 # --- numpy-only helpers (no MXNet needed) ---------------------------------------------------------

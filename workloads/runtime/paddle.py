@@ -15,6 +15,8 @@ the input batch arrives NCHW and is transposed once per batch, inside the model'
 `select_device(run)` returns a `PaddlePolicy` (device, precision, layout, autocast, loss scaler);
 `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a workload's
 model through the shared loops of workloads/common/loop.py.
+`Training` and `FeatureExtraction` are Paddle's side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
-from workloads.common import loop, precision as precision_rules
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -282,3 +284,33 @@ def parity_features(run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
     model.eval()
     with paddle.no_grad():
         return {"features": to_host(model(to_device(batch["x"])))}
+
+
+# --- the scaffold's Paddle part (workloads/common/scaffold.py) ----------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Paddle training workload: its file gives build_model, load_canonical, make_optimizer (a
+    paddle.optimizer, use_multi_tensor: one merged op) and loss_function (a loss layer); the device
+    policy and the loops are this module's."""
+
+    def select_device(self, run: Run) -> PaddlePolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: PaddlePolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: PaddlePolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Paddle inference workload: its file gives build_model (in eval mode) and load_canonical."""
+
+    def select_device(self, run: Run) -> PaddlePolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: PaddlePolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)
