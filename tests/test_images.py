@@ -365,15 +365,25 @@ def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, doc
 
 
 def test_every_image_context_holds_the_modules_its_workloads_import():
-    """A workload file's `from workloads.runtime import X` must find X inside that image."""
+    """A workload file's `from workloads.runtime import X` must find X inside that image: a module, or
+    a package (Keras 3's runtime) whole; and no image carries another framework's runtime package."""
     import re
 
+    packages = {path.parent.name: sorted(path.parent.glob("*.py"))
+                for path in (ROOT / "workloads" / "runtime").glob("*/__init__.py")}
+    assert "keras" in packages and len(packages["keras"]) > 2
     for framework in REGISTRY.values():
         for variant in framework.variants.values():
             files = images.context_files(framework, variant, options())
             for name in [n for n in files if n.startswith("workloads/") and n.endswith(".py")]:
                 for imported in re.findall(r"^from workloads\.runtime import (\w+)", Path(files[name]).read_text(), re.M):
-                    assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
+                    if imported in packages:
+                        wanted = {f"workloads/runtime/{imported}/{path.name}" for path in packages[imported]}
+                        assert wanted <= set(files), (framework.name, imported, sorted(wanted - set(files)))
+                    else:
+                        assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
+            carried = {name.split("/")[2] for name in files if name.count("/") == 3 and name.startswith("workloads/runtime/")}
+            assert carried <= {framework.runtime, frameworks.module_name(framework.name)}, (framework.name, carried)
 
 
 def test_every_image_runs_its_workload_files_on_the_python_its_variant_declares():

@@ -3,7 +3,7 @@
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
 settings from workloads/cnn/__init__.py. Softmax is folded into the loss (from_logits=True).
 The model is written once in the Functional API; KERAS_BACKEND, set before the import, picks the
-engine, and workloads/runtime/keras.py the convolution layout that engine runs best.
+engine, and workloads/runtime/keras/ the convolution layout that engine runs best.
 """
 import keras
 from keras import layers

@@ -3,7 +3,7 @@
 # R reaches Keras the way R's own keras package does: the Python Keras 3, through reticulate. The
 # layer functions below are that package's idiom (`x |> layer_dense(units = 10)`), written out here
 # because Debian packages reticulate but not keras. The device, precision and provenance switches,
-# the training step and the loops are the Keras-TF row's runtime (workloads/runtime/keras): the
+# the training step and the loops are the Keras-TF row's runtime (workloads/runtime/keras/): the
 # R row and keras-tf run the same engine, the same step and the same loops, so what differs between
 # them is R (the report's "R overhead" line). So is the scaffold around them (workloads/common/
 # scaffold.py): an R workload is a class of the runtime's (`r_workload`), whose steps are R functions.
