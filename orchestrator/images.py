@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from orchestrator import __version__, dockerfiles, host
+from orchestrator import __version__, dockerfiles, frameworks, host
 from orchestrator.errors import CannotRunHere, UserError
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
-from workloads.common.naming import module_name
 
 LABEL = "io.rosetta-bench"
 SOURCES_LABEL = f"{LABEL}.sources-sha256"  # value: sources_hash() of what the image was built from
@@ -121,13 +120,16 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions)
         files[dockerfiles.CONSTRAINTS_FILE] = variant.build_constraints or b""
     for wheel in _matching_wheels(variant, options.wheelhouse):
         files[f"build/wheels/{wheel.name}"] = wheel
-    module = module_name(framework.name)
+    module = framework.workload_module
     language = framework.language
     if language.uses_python_environment:  # the Python package: the harness, and its runtime
         for path in sorted(WORKLOADS_DIR.rglob("*.py")):
             relative = path.relative_to(WORKLOADS_DIR)
             if _python_file_wanted(relative.parts, module, framework.runtime or module):
                 files[f"workloads/{relative.as_posix()}"] = path
+        # the registration's module and import_env for the image side (workloads/common/naming.py): this
+        # framework's only, so that registering another framework leaves this image's sources as they were
+        files["workloads/frameworks.json"] = frameworks.image_side_json({framework.name: framework}).encode()
     if language.suffix != "py":  # another language's: its entry script (workloads/cell.R) and workload files
         for path in sorted(WORKLOADS_DIR.rglob(f"*.{language.suffix}")):
             relative = path.relative_to(WORKLOADS_DIR)

@@ -3,6 +3,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -65,6 +66,50 @@ def test_context_is_deterministic_and_holds_only_what_the_image_needs(tmp_path):
     assert {"Dockerfile", "build/requirements.txt", "build/ca-bundle.crt", "workloads/__main__.py",
             "workloads/common/harness.py", "workloads/runtime/pytorch.py", "workloads/cnn/pytorch.py"} <= set(names)
     assert not any(n.startswith(("tests/", "orchestrator/", "results/")) or n.endswith(".md") for n in names)
+
+
+def test_the_image_side_reads_each_frameworks_module_and_import_env_from_its_metadata(tmp_path):
+    """metadata.toml's `module` and `import_env` reach the image side (workloads/common/naming.py) as
+    workloads/frameworks.json: in a checkout, what `python -m orchestrator.frameworks` writes from
+    every registration; in an image, its own framework's part, which the build context writes and
+    `python -m workloads` reads there (by hand too), on an image's Python with no TOML parser."""
+    assert (ROOT / "workloads" / "frameworks.json").read_text() == frameworks.image_side_json(REGISTRY), \
+        "workloads/frameworks.json is stale: python -m orchestrator.frameworks > workloads/frameworks.json"
+    from workloads.common import naming
+    for name, framework in REGISTRY.items():
+        assert (naming.module_name(name), naming.environment(name)) == (framework.workload_module, framework.import_env)
+    assert naming.frameworks_of("keras") == ["keras-jax", "keras-tf", "keras-torch"]
+    assert REGISTRY["keras-cntk"].import_env == {"KERAS_BACKEND": "cntk"} and REGISTRY["pytorch"].import_env == {}
+
+    keras_tf = REGISTRY["keras-tf"]
+    files = images.context_files(keras_tf, keras_tf.variant("cpu"), options())
+    assert json.loads(files["workloads/frameworks.json"])["frameworks"] == \
+        {"keras-tf": {"module": "keras", "import_env": {"KERAS_BACKEND": "tensorflow"}}}
+    assert "workloads/frameworks.json" not in images.context_files(REGISTRY["knet"], REGISTRY["knet"].variant("cpu"),
+                                                                   options())  # Julia's image has no Python side
+    for name, content in files.items():  # the image's workloads folder, as its build context lays it out
+        if name.startswith("workloads/"):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_bytes(content if isinstance(content, bytes) else Path(content).read_bytes())
+    script = ("from workloads.common import naming; import workloads.__main__ as main; "
+              "print(naming.module_name('keras-tf'), naming.environment('keras-tf'), main.available_frameworks('cnn'))")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert completed.stdout.split("\n")[0] == "keras {'KERAS_BACKEND': 'tensorflow'} ['keras-tf']", completed.stderr
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('module = "../pytorch"', "module = '../pytorch' must name the workload files"),
+    ("module = 3", "module = 3 must name the workload files"),
+    ('import_env = { KERAS_BACKEND = 3 }', "import_env must be a table of VARIABLE"),
+    ('import_env = { "keras backend" = "jax" }', "import_env must be a table of VARIABLE"),
+])
+def test_a_wrong_module_or_import_env_is_refused_with_the_fix(tmp_path, line, expected):
+    folder = tmp_path / "somefw"
+    folder.mkdir()
+    (folder / "metadata.toml").write_text(f'{line}\n[variants.cpu]\ndevice = "cpu"\n')
+    with pytest.raises(UserError, match=re.escape(expected)):
+        frameworks.load_framework(folder)
 
 
 def test_build_options_default_to_pips_own_variables(tmp_path, monkeypatch):
@@ -383,7 +428,7 @@ def test_every_image_context_holds_the_modules_its_workloads_import():
                     else:
                         assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
             carried = {name.split("/")[2] for name in files if name.count("/") == 3 and name.startswith("workloads/runtime/")}
-            assert carried <= {framework.runtime, frameworks.module_name(framework.name)}, (framework.name, carried)
+            assert carried <= {framework.runtime, framework.workload_module}, (framework.name, carried)
 
 
 def test_every_image_runs_its_workload_files_on_the_python_its_variant_declares():

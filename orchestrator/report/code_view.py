@@ -24,11 +24,11 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from orchestrator import frameworks
 from orchestrator.report.formatting import format_relative, formatter
 from orchestrator.report.summary import device_label
 from orchestrator.report.tables import matched_points
 from workloads.common import declaration
-from workloads.common.naming import frameworks_of
 
 WORKLOADS_DIR = Path(__file__).resolve().parent.parent.parent / "workloads"
 SECTION_MARKER = re.compile(r"^# --- (?P<name>.+?) -*\s*$")
@@ -52,7 +52,7 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
         implementations = []
         for path in files:
             key = _key(path.stem)
-            serves = frameworks_of(path.stem)
+            serves = _frameworks_of(path.stem)
             status = path.stat()
             text, sections = _highlighted(path, status.st_mtime_ns, status.st_size)
             matched, source = _matched(recorded, name, serves, text)
@@ -137,8 +137,18 @@ def read_matched(text: str) -> list[str]:
 def _key(stem: str) -> str:
     """How the page names an implementation: its framework ("mxnet-module"), or "keras" for the
     one file the Keras 3 rows share."""
-    serves = frameworks_of(stem)
+    serves = _frameworks_of(stem)
     return serves[0] if len(serves) == 1 else stem
+
+
+@functools.lru_cache(maxsize=1)
+def _modules() -> dict[str, list[str]]:
+    return frameworks.served_by_module(frameworks.discover())
+
+
+def _frameworks_of(stem: str) -> list[str]:
+    """The frameworks a workload file serves (metadata.toml's module: keras.py serves the Keras 3 rows)."""
+    return _modules().get(stem, [stem.replace("_", "-")])
 
 
 def _served(workloads: list[dict], key: str) -> list[str]:

@@ -3,7 +3,7 @@ evaluation and inference loop the keras-cntk workloads share.
 
 The original study's Keras(CNTK) row. Keras 2.2.5 is the multi-backend Keras of that study, not
 Keras 3 (which has no CNTK backend): its own workload files (workloads/*/keras_cntk.py), Python 3.6,
-KERAS_BACKEND=cntk set before `import keras` (workloads/common/naming.py; the image sets it too).
+KERAS_BACKEND=cntk set before `import keras` (images/keras-cntk/metadata.toml's import_env; the image sets it too).
 Keras' CNTK backend takes CNTK's default device once, when it is imported: the best device there is
 (a GPU when one is visible), so the device is checked here rather than chosen. The workload files
 import this module before Keras, so that a host without the OpenMPI libraries CNTK is linked against
