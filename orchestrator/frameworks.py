@@ -1,18 +1,25 @@
 """Framework discovery: a folder is the registration.
 
 A framework is `images/<name>/metadata.toml` (its variants and their pinned requirements) plus
-`workloads/<workload>/<name>.<suffix>` for each workload it implements (`.py` unless its
-`[language]` table names another language). Nothing else lists them.
+`workloads/<workload>/<module>.<suffix>` for each workload it implements (`.py` unless its
+`[language]` table names another language; the module is its name with dashes as underscores,
+unless `module` names another: the Keras 3 rows share keras.py). Nothing else lists them.
+
+What the image side needs of the registration (the module, and `import_env`: the variables set
+before the framework is imported) it reads from workloads/frameworks.json, which `image_side_json`
+writes from the metadata: `python -m orchestrator.frameworks > workloads/frameworks.json`
+(workloads/common/naming.py says why JSON; tests/test_images.py keeps the file current).
 """
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import UserError
 from workloads.common.hyperparams import WORKLOADS
-from workloads.common.naming import module_name
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = PROJECT_ROOT / "images"
@@ -22,6 +29,9 @@ DEVICES = ("cpu", "cuda")
 PYTHON_PLACEHOLDER = "{python}"  # the interpreter of the framework's environment
 WORKLOADS_PLACEHOLDER = "{workloads}"  # the workloads folder as the cell sees it
 LANGUAGE_KEYS = {"name", "command", "suffix", "program", "install", "project_files"}
+MODULE_NAME = re.compile(r"[a-z][a-z0-9_]*")  # workloads/<workload>/<module>.<suffix>: an importable name
+VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+IMAGE_SIDE_FILE = WORKLOADS_DIR / "frameworks.json"
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,14 @@ class Framework:
     # with the same requirements (r-keras runs on keras-tf's: the same engine, one environment)
     environment: str | None = None
     extra: dict = field(default_factory=dict)
+    module: str | None = None  # metadata.toml's `module`: the workload files' name, when not the default
+    # variables set before the framework is imported: by `python -m workloads`, and in the image
+    import_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def workload_module(self) -> str:
+        """The name of its workload files, workloads/<workload>/<this>.<suffix>."""
+        return self.module or default_module(self.name)
 
     def not_applicable(self) -> dict[str, str]:
         """The workloads this framework does not implement, each with the reason the report shows
@@ -104,7 +122,7 @@ class Framework:
     @property
     def source_name(self) -> str:
         """The file name of each of its workloads: workloads/<workload>/<this>."""
-        return f"{module_name(self.name)}.{self.language.suffix}"
+        return f"{self.workload_module}.{self.language.suffix}"
 
     @property
     def environment_name(self) -> str:
@@ -117,8 +135,26 @@ class Framework:
         return self.variants[name]
 
 
-def implemented_workloads(framework: str, workloads_dir: Path = WORKLOADS_DIR, suffix: str = "py") -> tuple[str, ...]:
-    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{module_name(framework)}.{suffix}").is_file())
+def default_module(framework: str) -> str:
+    return framework.replace("-", "_")
+
+
+def implemented_workloads(module: str, workloads_dir: Path = WORKLOADS_DIR, suffix: str = "py") -> tuple[str, ...]:
+    return tuple(w for w in WORKLOADS if (workloads_dir / w / f"{module}.{suffix}").is_file())
+
+
+def load_module(metadata: dict, metadata_file: Path) -> tuple[str | None, dict[str, str]]:
+    """metadata.toml's `module` and `import_env`, checked: they name a file to import and variables to set."""
+    module = metadata.get("module")
+    if module is not None and not (isinstance(module, str) and MODULE_NAME.fullmatch(module)):
+        raise UserError(f"{metadata_file}: module = {module!r} must name the workload files, "
+                        "workloads/<workload>/<module>.py: lowercase letters, digits and underscores")
+    import_env = metadata.get("import_env", {})
+    if not (isinstance(import_env, dict) and all(isinstance(name, str) and VARIABLE_NAME.fullmatch(name)
+                                                 and isinstance(value, str) for name, value in import_env.items())):
+        raise UserError(f"{metadata_file}: import_env must be a table of VARIABLE = \"value\" strings, the "
+                        'variables set before the framework is imported (e.g. { KERAS_BACKEND = "jax" })')
+    return module, dict(import_env)
 
 
 def load_language(table: dict, metadata_file: Path) -> Language:
@@ -162,15 +198,18 @@ def load_framework(folder: Path) -> Framework:
         raise UserError(f"{metadata_file}: declares no [variants.<name>] table")
     default_variant = metadata.get("default_variant", next(iter(variants)))
     known = {"display_name", "python", "default_variant", "notes", "variants", "package", "runtime", "image",
-             "language", "environment"}
+             "language", "environment", "module", "import_env"}
     language = load_language(metadata.get("language", {}), metadata_file)
+    module, import_env = load_module(metadata, metadata_file)
     return Framework(name=folder.name, display_name=metadata.get("display_name", folder.name), folder=folder,
                      variants=variants, default_variant=default_variant,
-                     workloads=implemented_workloads(folder.name, suffix=language.suffix), python=metadata.get("python"),
+                     workloads=implemented_workloads(module or default_module(folder.name), suffix=language.suffix),
+                     python=metadata.get("python"),
                      package=metadata.get("package"), runtime=metadata.get("runtime"),
                      notes=metadata.get("notes", ""), image=metadata.get("image", {}),
                      language=language, environment=metadata.get("environment"),
-                     extra={k: v for k, v in metadata.items() if k not in known})
+                     extra={k: v for k, v in metadata.items() if k not in known},
+                     module=module, import_env=import_env)
 
 
 def discover(images_dir: Path = IMAGES_DIR) -> dict[str, Framework]:
@@ -182,3 +221,25 @@ def discover(images_dir: Path = IMAGES_DIR) -> dict[str, Framework]:
             raise UserError(f"{framework.folder}/metadata.toml: environment = {framework.environment!r} names no "
                             f"framework; name the one whose Python environment its cells share (e.g. keras-tf)")
     return found
+
+
+def served_by_module(found: dict[str, Framework]) -> dict[str, list[str]]:
+    """Workload module -> the frameworks whose workload files it is, by name (keras: the Keras 3 rows)."""
+    served: dict[str, list[str]] = {}
+    for name in sorted(found):
+        served.setdefault(found[name].workload_module, []).append(name)
+    return served
+
+
+def image_side_json(found: dict[str, Framework]) -> str:
+    """What workloads/common/naming.py reads, as JSON: each framework's workload module and import_env."""
+    facts = {name: {"module": framework.workload_module, "import_env": dict(sorted(framework.import_env.items()))}
+             for name, framework in sorted(found.items())}
+    note = ("generated from images/<fw>/metadata.toml (module, import_env) by "
+            "`python -m orchestrator.frameworks > workloads/frameworks.json`; edit the metadata, not this file")
+    return json.dumps({"generated": note, "frameworks": facts}, indent=1) + "\n"
+
+
+if __name__ == "__main__":  # python -m orchestrator.frameworks > workloads/frameworks.json
+    print(image_side_json(discover()), end="")
+

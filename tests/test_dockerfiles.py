@@ -11,14 +11,14 @@ from workloads.common import naming
 REGISTRY = frameworks.discover()
 
 
-def framework_in(folder, *, image=None, base="python:3.11-slim-bookworm", constraints=None):
+def framework_in(folder, *, image=None, base="python:3.11-slim-bookworm", constraints=None, import_env=None):
     """A one-variant framework in a test's folder (outside images/)."""
     folder.mkdir(exist_ok=True)
     (folder / "requirements-cpu.txt").write_text("somefw==1.0\n")
     variant = frameworks.Variant("cpu", "cpu", folder / "requirements-cpu.txt", base_image=base,
                                  build_constraints=constraints)
     return frameworks.Framework(folder.name, "Some FW", folder, {"cpu": variant}, "cpu", (), package="somefw",
-                                image=image or {})
+                                image=image or {}, import_env=import_env or {})
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -114,4 +114,5 @@ def test_image_table_is_checked(tmp_path):
     with pytest.raises(UserError, match="keep names numpy"):
         dockerfiles.render(framework_in(tmp_path / "b", image={"keep": ["numpy"]}))
     with pytest.raises(UserError, match="already sets"):
-        dockerfiles.render(framework_in(tmp_path / "keras-jax", image={"env": {"KERAS_BACKEND": "torch"}}))
+        dockerfiles.render(framework_in(tmp_path / "keras-jax", image={"env": {"KERAS_BACKEND": "torch"}},
+                                        import_env={"KERAS_BACKEND": "jax"}))

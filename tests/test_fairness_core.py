@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import workloads.__main__ as workload_main
-from workloads.common import canonical, loop, naming, options, provenance
+from workloads.common import canonical, loop, naming, options, precision, provenance
 from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
-from workloads.common.harness import DIVERGED_LOSS_RATIO, Run, divergence
+from workloads.common.harness import DIVERGED_LOSS_RATIO, Run, Unsupported, divergence
 from workloads.common.result import Cell, Result
 
 
@@ -209,6 +209,55 @@ def test_speed_variables_and_package_list_are_recorded():
 def test_fp32_cells_refuse_tf32_before_the_import():
     assert naming.precision_environment("fp32") == {"NVIDIA_TF32_OVERRIDE": "0"}
     assert naming.precision_environment("tf32") == {} and naming.precision_environment("bf16") == {}
+
+
+# --- true-precision: one table of what each precision needs (workloads/common/precision.py) -----------
+
+@pytest.mark.parametrize("runtime, cell_precision, device, capability, refused", [
+    ("pytorch", "fp32", "cpu", None, None),
+    ("pytorch", "bf16", "cpu", None, None),  # CPU bf16 kernels: allowed where the framework has them
+    ("pytorch", "fp16", "cpu", None, "fp16 needs a CUDA GPU; this cell runs on the CPU"),
+    ("jax", "tf32", "cpu", None, "tf32 needs a CUDA GPU; this cell runs on the CPU"),
+    ("keras", "bf16", "cuda", (7, 5), "bf16 needs compute capability 8.0 or newer; this GPU has 7.5"),
+    ("pytorch", "tf32", "cuda", (8, 6), None),
+    ("tensorflow", "tf32", "cuda", (7, 0), "tf32 needs compute capability 8.0 or newer; this GPU has 7.0"),
+    ("tensorflow", "bf16", "cuda", (9, 0), "bf16: these low-level TensorFlow rows run fp32 and tf32 only"),
+    # a framework's own refusals come first, in their order: the CPU's, then the precision's own
+    ("chainer", "bf16", "cpu", None, "bf16 needs a CUDA GPU; this cell runs on the CPU (NumPy)"),
+    ("chainer", "tf32", "cuda", None, "Chainer 7.8.1 and CuPy 7.8 have no TF32 switch"),
+    ("mxnet", "bf16", "cpu", None, "bf16 needs a CUDA GPU; this cell runs on the CPU"),
+    ("mxnet", "tf32", "cuda", None, "MXNet 1.9.1 has no TF32 switch of its own"),
+    ("mxnet", "fp16", "cuda", None, "fp16 is not implemented for MXNet (fp32 only)"),
+    ("paddle", "bf16", "cpu", None, "bf16 needs a CUDA GPU with Paddle (its CPU kernels stay float32"),
+    ("cntk", "fp16", "cuda", None, "fp16: the CNTK rows run fp32 only"),
+    ("mindspore", "tf32", "cpu", None, "tf32 is not implemented for MindSpore (fp32 only)"),
+    ("onnxruntime", "fp16", "cuda", None, "fp16: ONNX Runtime runs the graph in the precision it was exported in"),
+    ("onnxruntime", "tf32", "cuda", None, None),  # no capability to read: declared, with its reason
+])
+def test_the_precision_table_refuses_what_a_device_or_framework_cannot_honour(runtime, cell_precision, device,
+                                                                              capability, refused):
+    if refused is None:
+        precision.check(runtime, cell_precision, device, capability)
+    else:
+        with pytest.raises(Unsupported) as raised:
+            precision.check(runtime, cell_precision, device, capability)
+        assert str(raised.value).startswith(refused)
+
+
+def test_the_precision_table_covers_every_precision_and_names_real_runtimes():
+    from pathlib import Path
+
+    from workloads.common import hyperparams
+
+    assert set(precision.RULES) == set(hyperparams.PRECISIONS)
+    runtimes = Path(workload_main.__file__).parent / "runtime"
+    for name, exceptions in precision.EXCEPTIONS.items():
+        assert (runtimes / f"{name}.py").is_file() or (runtimes / name / "__init__.py").is_file(), name
+        for refusal in exceptions.refusals:
+            assert set(refusal.precisions) <= set(precision.RULES) - {"fp32"}, (name, refusal)
+            assert refusal.device in (precision.ANY_DEVICE, precision.CPU, precision.CUDA), (name, refusal)
+    with pytest.raises(ValueError, match="pass its compute capability"):  # a GPU cell must say what the GPU is
+        precision.check("pytorch", "tf32", "cuda")
 
 
 def test_no_nan_anywhere_in_a_finished_smoke_record():

@@ -3,6 +3,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -66,6 +67,50 @@ def test_context_is_deterministic_and_holds_only_what_the_image_needs(tmp_path):
     assert {"Dockerfile", "build/requirements.txt", "build/ca-bundle.crt", "workloads/__main__.py",
             "workloads/common/harness.py", "workloads/runtime/pytorch.py", "workloads/cnn/pytorch.py"} <= set(names)
     assert not any(n.startswith(("tests/", "orchestrator/", "results/")) or n.endswith(".md") for n in names)
+
+
+def test_the_image_side_reads_each_frameworks_module_and_import_env_from_its_metadata(tmp_path):
+    """metadata.toml's `module` and `import_env` reach the image side (workloads/common/naming.py) as
+    workloads/frameworks.json: in a checkout, what `python -m orchestrator.frameworks` writes from
+    every registration; in an image, its own framework's part, which the build context writes and
+    `python -m workloads` reads there (by hand too), on an image's Python with no TOML parser."""
+    assert (ROOT / "workloads" / "frameworks.json").read_text() == frameworks.image_side_json(REGISTRY), \
+        "workloads/frameworks.json is stale: python -m orchestrator.frameworks > workloads/frameworks.json"
+    from workloads.common import naming
+    for name, framework in REGISTRY.items():
+        assert (naming.module_name(name), naming.environment(name)) == (framework.workload_module, framework.import_env)
+    assert naming.frameworks_of("keras") == ["keras-jax", "keras-tf", "keras-torch"]
+    assert REGISTRY["keras-cntk"].import_env == {"KERAS_BACKEND": "cntk"} and REGISTRY["pytorch"].import_env == {}
+
+    keras_tf = REGISTRY["keras-tf"]
+    files = images.context_files(keras_tf, keras_tf.variant("cpu"), options())
+    assert json.loads(files["workloads/frameworks.json"])["frameworks"] == \
+        {"keras-tf": {"module": "keras", "import_env": {"KERAS_BACKEND": "tensorflow"}}}
+    assert "workloads/frameworks.json" not in images.context_files(REGISTRY["knet"], REGISTRY["knet"].variant("cpu"),
+                                                                   options())  # Julia's image has no Python side
+    for name, content in files.items():  # the image's workloads folder, as its build context lays it out
+        if name.startswith("workloads/"):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_bytes(content if isinstance(content, bytes) else Path(content).read_bytes())
+    script = ("from workloads.common import naming; import workloads.__main__ as main; "
+              "print(naming.module_name('keras-tf'), naming.environment('keras-tf'), main.available_frameworks('cnn'))")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert completed.stdout.split("\n")[0] == "keras {'KERAS_BACKEND': 'tensorflow'} ['keras-tf']", completed.stderr
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('module = "../pytorch"', "module = '../pytorch' must name the workload files"),
+    ("module = 3", "module = 3 must name the workload files"),
+    ('import_env = { KERAS_BACKEND = 3 }', "import_env must be a table of VARIABLE"),
+    ('import_env = { "keras backend" = "jax" }', "import_env must be a table of VARIABLE"),
+])
+def test_a_wrong_module_or_import_env_is_refused_with_the_fix(tmp_path, line, expected):
+    folder = tmp_path / "somefw"
+    folder.mkdir()
+    (folder / "metadata.toml").write_text(f'{line}\n[variants.cpu]\ndevice = "cpu"\n')
+    with pytest.raises(UserError, match=re.escape(expected)):
+        frameworks.load_framework(folder)
 
 
 def test_build_options_default_to_pips_own_variables(tmp_path, monkeypatch):
@@ -367,15 +412,25 @@ def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, doc
 
 
 def test_every_image_context_holds_the_modules_its_workloads_import():
-    """A workload file's `from workloads.runtime import X` must find X inside that image."""
+    """A workload file's `from workloads.runtime import X` must find X inside that image: a module, or
+    a package (Keras 3's runtime) whole; and no image carries another framework's runtime package."""
     import re
 
+    packages = {path.parent.name: sorted(path.parent.glob("*.py"))
+                for path in (ROOT / "workloads" / "runtime").glob("*/__init__.py")}
+    assert "keras" in packages and len(packages["keras"]) > 2
     for framework in REGISTRY.values():
         for variant in framework.variants.values():
             files = images.context_files(framework, variant, options())
             for name in [n for n in files if n.startswith("workloads/") and n.endswith(".py")]:
                 for imported in re.findall(r"^from workloads\.runtime import (\w+)", Path(files[name]).read_text(), re.M):
-                    assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
+                    if imported in packages:
+                        wanted = {f"workloads/runtime/{imported}/{path.name}" for path in packages[imported]}
+                        assert wanted <= set(files), (framework.name, imported, sorted(wanted - set(files)))
+                    else:
+                        assert f"workloads/runtime/{imported}.py" in files, (framework.name, name, imported)
+            carried = {name.split("/")[2] for name in files if name.count("/") == 3 and name.startswith("workloads/runtime/")}
+            assert carried <= {framework.runtime, framework.workload_module}, (framework.name, carried)
 
 
 def test_every_image_runs_its_workload_files_on_the_python_its_variant_declares():
@@ -430,8 +485,8 @@ def test_an_image_built_from_other_workload_sources_is_rebuilt(monkeypatch, tmp_
         images.SOURCES_LABEL: images.sources_hash(framework, variant) if built_from == "current" else "0" * 64}
     client = type("Client", (), {"images": _FakeImages(labels)})()
     calls, messages = [], []
-    monkeypatch.setattr(images, "build", lambda *args, **kwargs: calls.append("build"))
-    monkeypatch.setattr(images, "pull_image", lambda *args, **kwargs: calls.append("pull"))
+    monkeypatch.setattr(images.resolve, "build", lambda *args, **kwargs: calls.append("build"))  # where it is called
+    monkeypatch.setattr(images.resolve, "pull_image", lambda *args, **kwargs: calls.append("pull"))
     tag = images.ensure_image(client, framework, variant, images.BuildOptions(), pull=pull, log=messages.append)
     assert tag == images.image_tag(framework, variant) and calls == expected
     if pull:  # the lock pins nothing: pulled by tag, said so
@@ -446,6 +501,6 @@ def test_the_sources_digest_follows_the_workload_files(monkeypatch):
     before = images.sources_hash(framework, variant)
     files = images.context_files(framework, variant, images.BuildOptions())
     changed = dict(files, **{"workloads/cnn/pytorch.py": b"# another source\n"})
-    monkeypatch.setattr(images, "context_files", lambda *args, **kwargs: changed)
+    monkeypatch.setattr(images.context, "context_files", lambda *args, **kwargs: changed)
     assert images.sources_hash(framework, variant) != before
     assert images.image_labels(framework, variant)[images.SOURCES_LABEL] == images.sources_hash(framework, variant)

@@ -133,7 +133,7 @@ def test_keras_adam_epsilon_is_pytorchs_scaled_by_sqrt_one_minus_beta2_power():
     # at step t Keras' epsilon acts as eps / sqrt(1 - b2^t) would in PyTorch's form
     np.testing.assert_allclose(adam(gradients, w, lr, b1, b2, eps, "keras"),
                                adam(gradients, w, lr, b1, b2, eps / np.sqrt(1 - b2), "pytorch"), rtol=1e-10)
-    # which matters for small gradients (an embedding's), hence runtime.adam's PyTorch form (workloads/runtime/keras.py)
+    # which matters for small gradients (an embedding's), hence runtime.adam's PyTorch form (workloads/runtime/keras/optimizers.py)
     keras, pytorch = adam(gradients, w, lr, b1, b2, eps, "keras"), adam(gradients, w, lr, b1, b2, eps, "pytorch")
     assert abs(keras[1] - pytorch[1]) > 0.1 * abs(pytorch[1])
     np.testing.assert_allclose(keras[4:], pytorch[4:], rtol=1e-5)

@@ -109,7 +109,7 @@ def test_the_r_image_installs_r_and_runs_cells_with_rscript():
     assert "r-base-core r-cran-reticulate" in text and "    KERAS_BACKEND=tensorflow \\\n" in text
     files = images.context_files(r_keras, r_keras.variants["cpu"], images.BuildOptions())
     assert {"workloads/cell.R", "workloads/runtime/r_keras.R", "workloads/cnn/r_keras.R", "workloads/gru/r_keras.R",
-            "workloads/resnet50/r_keras.R", "workloads/runtime/keras.py", "workloads/common/foreign.py",
+            "workloads/resnet50/r_keras.R", "workloads/runtime/keras/__init__.py", "workloads/common/foreign.py",
             "workloads/__main__.py"} <= set(files)
     assert not any(name.endswith(".jl") for name in files)
     assert files["build/requirements.txt"].read_bytes() == (ROOT / "images/keras-tf/requirements-cpu.txt").read_bytes()

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.errors import UserError
+from orchestrator import frameworks
 from orchestrator.frameworks import WORKLOADS_DIR, Framework, Variant
 from orchestrator.images import dockerfile, wheelhouse
-from workloads.common.naming import module_name
 
 Log = Callable[[str], None]
 
@@ -112,15 +112,16 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions,
             for name, _, version in (requirement.partition("==") for requirement in _requirement_lines(variant.requirements))}
     for wheel in wheelhouse.matching_wheels(options.wheelhouse, pins, cuda=variant.device == "cuda", warn=warn):
         files[f"build/wheels/{wheel.path.name}"] = wheel
-    module = module_name(framework.name)
+    module = framework.workload_module
     language = framework.language
     if language.uses_python_environment:  # the Python package: the harness, and its runtime
         for path in sorted(WORKLOADS_DIR.rglob("*.py")):
             relative = path.relative_to(WORKLOADS_DIR)
-            parts = relative.parts
-            if len(parts) == 1 or parts[0] == "common" or path.stem in ("__init__", module) \
-                    or (parts[0] == "runtime" and path.stem == (framework.runtime or module)):
+            if _python_file_wanted(relative.parts, module, framework.runtime or module):
                 files[f"workloads/{relative.as_posix()}"] = path
+        # the registration's module and import_env for the image side (workloads/common/naming.py): this
+        # framework's only, so that registering another framework leaves this image's sources as they were
+        files["workloads/frameworks.json"] = frameworks.image_side_json({framework.name: framework}).encode()
     if language.suffix != "py":  # another language's: its entry script (workloads/cell.R) and workload files
         for path in sorted(WORKLOADS_DIR.rglob(f"*.{language.suffix}")):
             relative = path.relative_to(WORKLOADS_DIR)
@@ -129,6 +130,19 @@ def context_files(framework: Framework, variant: Variant, options: BuildOptions,
     for name in language.project_files:  # e.g. Julia's Project.toml and Manifest.toml
         files[f"build/{name}"] = framework.folder / name
     return files
+
+
+def _python_file_wanted(parts: tuple[str, ...], module: str, runtime: str) -> bool:
+    """Whether workloads/<parts> goes into the image of a framework whose workload files are
+    `<workload>/<module>.py` and whose runtime is `runtime/<runtime>.py` or the package
+    `runtime/<runtime>/` (Keras 3's), whole: the harness, the common code and those, nothing else.
+    A runtime of the module's own name comes too (MXNet's Module rows: runtime/mxnet_module.py, on
+    the runtime/mxnet.py they share with the Gluon rows)."""
+    if parts[0] == "runtime":
+        if len(parts) > 2:  # inside a runtime package: that runtime's own only
+            return parts[1] in (runtime, module)
+        return parts[1] in ("__init__.py", f"{runtime}.py", f"{module}.py")
+    return len(parts) == 1 or parts[0] == "common" or parts[-1] in ("__init__.py", f"{module}.py")
 
 
 def build_context(files: dict[str, Path | bytes | wheelhouse.LocalWheel]) -> bytes:

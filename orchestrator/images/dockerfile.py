@@ -6,7 +6,8 @@ What the template reads (images/<fw>/metadata.toml unless said otherwise):
   is the default variant's); where a base is not one of the official `python:` images, both stages
   install the distribution's python3 when the base has none;
 - each variant's `build_constraints`: pip's constraints (PIP_CONSTRAINT) while it builds sdists;
-- the Keras backend, from workloads/common/naming.py (the same variable `python -m workloads` sets);
+- `import_env`: the variables set before the framework is imported (the same `python -m workloads`
+  sets), e.g. the Keras rows' KERAS_BACKEND;
 - the `[image]` table:
       env = { CUDA_HOME = "/usr/local/cuda" }          variables the image sets
       system_libraries = { libgomp1 = "libgomp.so.1" } apt package = library it provides; installed
@@ -31,7 +32,6 @@ import jinja2
 
 from orchestrator.errors import UserError
 from orchestrator.frameworks import IMAGES_DIR, PROJECT_ROOT, Framework
-from workloads.common import naming
 
 TEMPLATE = "Dockerfile.j2"
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
@@ -84,11 +84,11 @@ def comment(text: str, width: int = 100) -> str:
 
 def template_values(framework: Framework) -> dict:
     declared = image_table(framework)
-    env = dict(naming.environment(framework.name))
+    env = dict(framework.import_env)
     for variable, value in declared.get("env", {}).items():
         if variable in env:
-            raise UserError(f"{framework.folder}/metadata.toml: [image] env sets {variable}, which "
-                            "workloads/common/naming.py already sets for this framework")
+            raise UserError(f"{framework.folder}/metadata.toml: [image] env sets {variable}, which its "
+                            "import_env already sets")
         env[variable] = str(value)
     keep = set(declared.get("keep", ()))
     libraries = declared.get("system_libraries", {})

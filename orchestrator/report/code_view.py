@@ -1,9 +1,10 @@
 """The Rosetta view (code.html): each workload's implementations side by side, section by section.
 
 Every ``workloads/<workload>/<framework>.py`` is written with the same sections in the same order,
-each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run, parity;
-some frameworks add "loss and optimizer" or their own nets); what comes before the first marker
-is the file's header (its docstring, imports and MATCHED list). The files are read as text from
+each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run; some
+frameworks add "loss and optimizer" or their own nets); what comes before the first marker is the
+file's header (its docstring, imports and MATCHED list). The run section is the file's class for the
+scaffold every workload shares (workloads/common/scaffold.py): the steps that are this framework's. The files are read as text from
 this checkout and highlighted with Pygments, never imported (the host imports no framework), and
 their sections are aligned by name, so that two frameworks' models sit side by side.
 
@@ -23,11 +24,11 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from orchestrator import frameworks
 from orchestrator.report.formatting import format_relative, formatter
 from orchestrator.report.groups import device_label
 from orchestrator.report.tables import matched_points
 from workloads.common import declaration
-from workloads.common.naming import frameworks_of
 
 WORKLOADS_DIR = Path(__file__).resolve().parent.parent.parent / "workloads"
 SECTION_MARKER = re.compile(r"^# --- (?P<name>.+?) -*\s*$")
@@ -51,7 +52,7 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
         implementations = []
         for path in files:
             key = _key(path.stem)
-            serves = frameworks_of(path.stem)
+            serves = _frameworks_of(path.stem)
             status = path.stat()
             text, sections = _highlighted(path, status.st_mtime_ns, status.st_size)
             matched, source = _matched(recorded, name, serves, text)
@@ -136,8 +137,18 @@ def read_matched(text: str) -> list[str]:
 def _key(stem: str) -> str:
     """How the page names an implementation: its framework ("mxnet-module"), or "keras" for the
     one file the Keras 3 rows share."""
-    serves = frameworks_of(stem)
+    serves = _frameworks_of(stem)
     return serves[0] if len(serves) == 1 else stem
+
+
+@functools.lru_cache(maxsize=1)
+def _modules() -> dict[str, list[str]]:
+    return frameworks.served_by_module(frameworks.discover())
+
+
+def _frameworks_of(stem: str) -> list[str]:
+    """The frameworks a workload file serves (metadata.toml's module: keras.py serves the Keras 3 rows)."""
+    return _modules().get(stem, [stem.replace("_", "-")])
 
 
 def _served(workloads: list[dict], key: str) -> list[str]:

@@ -123,25 +123,20 @@ def load_canonical(model, params: dict, policy) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_cifar10()
-    with run.phase("model_build"):
-        train, test = build(run, policy)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(train, weights, policy)
-    classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
-    runtime.train_and_evaluate(run, policy, classifier, data)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy, dropout=True):
+        train, test = build(run, policy, dropout)
+        return runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
+
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too: dropout is random and frameworks' generators differ
+        return self.build_model(run, policy, dropout=False)
+
+    def load_canonical(self, classifier, params):
+        load_canonical(classifier.train, params, classifier.policy)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    train, test = build(run, policy, dropout=False)
-    load_canonical(train, params, policy)
-    classifier = runtime.Classifier(train, test, lambda images: feed_batch(images, policy), policy)
-    return runtime.parity_steps(run, policy, classifier, batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

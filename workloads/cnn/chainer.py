@@ -9,7 +9,6 @@ import chainer.functions as F
 import chainer.links as L
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import chainer as runtime
 
 MATCHED = (
@@ -73,29 +72,23 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
-
-    with run.phase("model_build"):
-        model = VGGStyleCNN(s)
+    def build_model(self, run, policy):
+        model = VGGStyleCNN(run.settings)
         model.to_device(policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s)
-    runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
+        return model
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings)
+
+    def loss_function(self):
+        return F.softmax_cross_entropy
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = VGGStyleCNN(s)
-    model.to_device(policy.device)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), F.softmax_cross_entropy, batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -12,7 +12,6 @@ from workloads.runtime import cntk as runtime
 
 import cntk as C
 
-from workloads.common.harness import Run
 
 MATCHED = (
     "convolution kernels (out, in, height, width): canonical OIHW as is; biases shaped (out, 1, 1)",
@@ -97,27 +96,30 @@ def load_canonical(layers: dict, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_cifar10()
-    with run.phase("model_build"):
-        logits, layers = vgg_style_cnn(s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(layers, weights)
-        classifier = runtime.Classifier(run, logits, loss, make_learner(logits, s))
-    run.set_provenance(extras={"optimizer": OPTIMIZER})
-    runtime.train_and_evaluate(run, policy, classifier, data)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy, dropout=True):
+        logits, layers = vgg_style_cnn(run.settings, dropout)
+        return runtime.Network(logits, layers)
+
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too: dropout is random and frameworks' generators differ
+        return self.build_model(run, policy, dropout=False)
+
+    def load_canonical(self, network, params):
+        load_canonical(network.parameters, params)
+
+    def make_learner(self, network, run, policy):
+        return make_learner(network.output, run.settings)
+
+    def loss(self, logits, labels):
+        return loss(logits, labels)
+
+    def train(self, run, policy, network, classifier, data):
+        run.set_provenance(extras={"optimizer": OPTIMIZER})
+        super().train(run, policy, network, classifier, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    logits, layers = vgg_style_cnn(s, dropout=False)
-    load_canonical(layers, params)
-    return runtime.parity_steps(run, policy, runtime.Classifier(run, logits, loss, make_learner(logits, s)), batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import optax
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import jax as runtime
 
 MATCHED = (
@@ -100,31 +99,26 @@ def load_canonical(params: dict, canonical_params: dict) -> dict:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy, dropout=True):
+        model = VGGStyleCNN(run.settings, dtype=policy.compute_dtype)
+        return runtime.Model(model, init_params(model, run.settings), make_loss(model, dropout))
 
-    with run.phase("model_build"):
-        model = VGGStyleCNN(s, dtype=policy.compute_dtype)
-        params = init_params(model, s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            params = load_canonical(params, weights)
-        optimizer = make_optimizer(s)
-    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data,
-                               optimizer_name=OPTIMIZER)
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too: dropout is random and frameworks' generators differ
+        return self.build_model(run, policy, dropout=False)
+
+    def load_canonical(self, model, params):
+        model.params = load_canonical(model.params, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(run.settings)
+
+    def describe_optimizer(self):
+        return OPTIMIZER
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = VGGStyleCNN(s, dtype=policy.compute_dtype)
-    weights = load_canonical(init_params(model, s), params)
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model, dropout=False),
-                                batch, optimizer_name=OPTIMIZER)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

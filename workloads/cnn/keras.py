@@ -3,13 +3,12 @@
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
 settings from workloads/cnn/__init__.py. Softmax is folded into the loss (from_logits=True).
 The model is written once in the Functional API; KERAS_BACKEND, set before the import, picks the
-engine, and workloads/runtime/keras.py the convolution layout that engine runs best.
+engine, and workloads/runtime/keras/ the convolution layout that engine runs best.
 """
 import keras
 from keras import layers
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import keras as runtime
 
 MATCHED = (
@@ -79,27 +78,19 @@ def load_canonical(model: keras.Model, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy, dropout=True):
+        return compile_model(vgg_style_cnn(run.settings, policy.data_format, dropout), run.settings, policy)
 
-    with run.phase("model_build"):
-        model = compile_model(vgg_style_cnn(s, policy.data_format), s, policy)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    runtime.train_and_evaluate(run, policy, model, data)
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too: dropout is random and frameworks' generators differ
+        return self.build_model(run, policy, dropout=False)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    model = compile_model(vgg_style_cnn(s, policy.data_format, dropout=False), s, policy)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

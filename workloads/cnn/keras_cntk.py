@@ -13,7 +13,6 @@ import keras
 from keras import layers
 
 from workloads.common import canonical, hyperparams
-from workloads.common.harness import Run
 
 MATCHED = (
     "channels_first (NCHW), CNTK's native layout: no transposes in the convolutions",
@@ -89,28 +88,23 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy, dropout=True):
+        return compile_model(vgg_style_cnn(run.settings, dropout), run.settings)
 
-    with run.phase("model_build"):
-        model = compile_model(vgg_style_cnn(s), s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    run.set_provenance(extras={"optimizer": OPTIMIZER})
-    runtime.train_and_evaluate(run, policy, model, data)
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too: dropout is random and frameworks' generators differ
+        return self.build_model(run, policy, dropout=False)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def train(self, run, policy, model, optimizer, data):
+        run.set_provenance(extras={"optimizer": OPTIMIZER})
+        super().train(run, policy, model, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # dropout off for the steps too: dropout is random and frameworks' generators differ
-    model = compile_model(vgg_style_cnn(s, dropout=False), s)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

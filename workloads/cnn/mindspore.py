@@ -10,7 +10,6 @@ from mindspore import nn
 from mindspore.common.initializer import XavierUniform
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mindspore as runtime
 
 MATCHED = (
@@ -86,25 +85,21 @@ def load_canonical(network: VGGStyleCNN, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_cifar10()
-    with run.phase("model_build"):
-        network = VGGStyleCNN(s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(network, weights)
-        optimizer = make_optimizer(network, s)
-    runtime.train_and_evaluate(run, policy, network, optimizer, nn.CrossEntropyLoss(), data)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy):
+        return VGGStyleCNN(run.settings)
+
+    def load_canonical(self, network, params):
+        load_canonical(network, params)
+
+    def make_optimizer(self, network, run, policy):
+        return make_optimizer(network, run.settings)
+
+    def loss_function(self):
+        return nn.CrossEntropyLoss()
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    network = VGGStyleCNN(s)
-    load_canonical(network, params)
-    return runtime.parity_steps(run, policy, network, make_optimizer(network, s), nn.CrossEntropyLoss(), batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -9,7 +9,6 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet as runtime
 
 MATCHED = (
@@ -73,30 +72,27 @@ def load_canonical(net: nn.HybridSequential, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy):
+        return build(run.settings, policy.device)
 
-    with run.phase("model_build"):
-        net = build(s, policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(net, weights)
-        trainer = make_trainer(net, s)
-    runtime.train_and_evaluate(run, policy, net, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
+    def build_parity_model(self, run, policy, batch):
+        # Dropout off for the steps: a model built with dropout rate 0 (Gluon's Dropout(0) is the identity).
+        # Not autograd.record(train_mode=False): MXNet 1.9.1's CPU backward in predict mode returns wrong,
+        # run-to-run different gradients (pooling's backward), so the steps run in train mode.
+        return build(run.settings, policy.device, dropout=False)
+
+    def load_canonical(self, net, params):
+        load_canonical(net, params)
+
+    def make_optimizer(self, net, run, policy):
+        return make_trainer(net, run.settings)
+
+    def loss_function(self):
+        return gluon.loss.SoftmaxCrossEntropyLoss()
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # Dropout off for the steps: a model built with dropout rate 0 (Gluon's Dropout(0) is the identity).
-    # Not autograd.record(train_mode=False): MXNet 1.9.1's CPU backward in predict mode returns wrong,
-    # run-to-run different gradients (pooling's backward), so the steps run in train mode.
-    net = build(s, policy.device, dropout=False)
-    load_canonical(net, params)
-    return runtime.parity_steps(run, policy, net, make_trainer(net, s), gluon.loss.SoftmaxCrossEntropyLoss(), batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -9,7 +9,6 @@ cross-entropy gradient).
 import mxnet as mx
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
@@ -69,28 +68,23 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy, batch_size=None, dropout=True):
+        return build(run.settings, policy.device, batch_size or run.settings.batch_size, dropout)
 
-    with run.phase("model_build"):
-        module = build(s, policy.device, s.batch_size)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(module, weights)
-    runtime.train_and_evaluate(run, policy, module, data)
+    def build_parity_model(self, run, policy, batch):
+        # dropout off for the steps too (dropout is random and frameworks' generators differ): the model
+        # is built without its Dropout operators; forward_backward runs in training mode.
+        return self.build_model(run, policy, len(batch["y"]), dropout=False)
+
+    def load_canonical(self, module, params):
+        load_canonical(module, params)
+
+    def logits_symbol(self, run):
+        return vgg_style_cnn(run.settings, dropout=False)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # dropout off for the steps too (dropout is random and frameworks' generators differ): the model
-    # is built without its Dropout operators; forward_backward runs in training mode.
-    module = build(s, policy.device, len(batch["y"]), dropout=False)
-    load_canonical(module, params)
-    return runtime.parity_steps(run, policy, module, vgg_style_cnn(s, dropout=False), batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

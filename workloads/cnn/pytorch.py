@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import pytorch as runtime
 
 MATCHED = (
@@ -69,25 +68,21 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_cifar10()
-    with run.phase("model_build"):
-        model = VGGStyleCNN(s).to(policy.device, memory_format=policy.memory_format)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s, policy)
-    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy):
+        return VGGStyleCNN(run.settings).to(policy.device, memory_format=policy.memory_format)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings, policy)
+
+    def loss_function(self):
+        return nn.CrossEntropyLoss()
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = VGGStyleCNN(s).to(policy.device, memory_format=policy.memory_format)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s, policy), nn.CrossEntropyLoss(), batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -63,29 +63,13 @@ load_canonical <- function(model, params) {
 
 # --- run ----------------------------------------------------------------------------------------
 
-run <- function(run) {
-  s <- run$settings
-  policy <- select_device(run)
-
-  with(run$phase("data_load"), {
-    data <- run$load_cifar10()
-  })
-
-  with(run$phase("model_build"), {
-    model <- compile_model(vgg_style_cnn(s, policy$data_format), s, policy)
-    weights <- run$initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-    if (!is.null(weights)) load_canonical(model, weights)
-  })
-  runtime$train_and_evaluate(run, policy, model, data)
-}
-
-# --- parity -------------------------------------------------------------------------------------
-
-parity <- function(run, params, batch) {
-  s <- run$settings
-  policy <- select_device(run)
+CNNWorkload <- r_workload("CNNWorkload", runtime$Training, list(
+  build_model = function(self, run, policy, dropout = TRUE)
+    compile_model(vgg_style_cnn(run$settings, policy$data_format, dropout), run$settings, policy),
   # dropout off for the steps too: dropout is random and frameworks' generators differ
-  model <- compile_model(vgg_style_cnn(s, policy$data_format, dropout = FALSE), s, policy)
-  load_canonical(model, params)
-  runtime$parity_steps(run, policy, model, batch)
-}
+  build_parity_model = function(self, run, policy, batch) self$build_model(run, policy, dropout = FALSE),
+  load_canonical = function(self, model, params) load_canonical(model, params)
+))
+implementation <- CNNWorkload()
+run <- implementation$run  # what workloads/cell.R hands the harness
+parity <- implementation$parity

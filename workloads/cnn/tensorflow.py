@@ -9,7 +9,6 @@ tf.raw_ops.ResourceApplyMomentum (one kernel per variable).
 import tensorflow as tf
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
@@ -118,27 +117,24 @@ def load_canonical(model: VGGStyleCNN, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class CNNWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_cifar10()
+    def build_model(self, run, policy):
+        return VGGStyleCNN(run.settings, policy.layout)
 
-    with run.phase("model_build"):
-        model = VGGStyleCNN(s, policy.layout)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s)
-    runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
+    def build_parity_model(self, run, policy, batch):
+        return VGGStyleCNN(run.settings, policy.layout, dropout=False)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings)
+
+    def loss_function(self):
+        return loss_function
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = VGGStyleCNN(s, policy.layout, dropout=False)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), loss_function, batch)
+IMPLEMENTATION = CNNWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

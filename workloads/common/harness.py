@@ -82,8 +82,8 @@ class Run:
         """The canonical weights (workloads/common/canonical.py) the model starts training from, so
         that every framework starts from the same point (--init canonical, the default;
         docs/FAIRNESS.md: same-start), or None with --init framework: keep the framework's own
-        initialisers. Call it inside the model_build phase and load what it returns the way
-        ``parity()`` does."""
+        initialisers. The scaffold (workloads/common/scaffold.py) calls it inside the model_build
+        phase and loads what it returns the way ``parity()`` does."""
         self.result.provenance.extras["init"] = self.init
         if self.init != CANONICAL_INIT:
             return None

@@ -1,34 +1,48 @@
-"""Which module implements a framework's workloads, and what it needs set before its import.
+"""Which module implements a framework's workloads, and what it sets before its framework is imported.
 
-Most frameworks are `workloads/<workload>/<framework>.py` (dashes become underscores). The Keras 3
-rows are one implementation, `workloads/<workload>/keras.py`, run on three backends: the modern
-form of the original study's Keras(TF) / Keras(CNTK) rows. The keras-cntk row is that study's own
-Keras 2.2 on CNTK, whose API differs from Keras 3: its own files, `workloads/<workload>/keras_cntk.py`.
+A framework registers both in images/<fw>/metadata.toml (`module`; `import_env`, e.g. the Keras 3
+rows' KERAS_BACKEND), where the host reads them (orchestrator/frameworks.py). The image side reads
+them from workloads/frameworks.json, which is generated from the metadata (`python -m
+orchestrator.frameworks > workloads/frameworks.json`; tests/test_images.py keeps it current). JSON,
+because a Python 3.6 image (CNTK's) has no TOML parser; a file in the workloads package, because
+every copy of the package needs it before any cell document exists: a checkout (the local backend's
+cells, `python -m workloads ...` by hand) and every image, whose build context writes it with the
+image's own framework only (orchestrator/images.py). A framework it does not name has the
+defaults: its name with dashes as underscores, and no variables.
 """
+import json
+import os
 from typing import Dict, List
 
-KERAS_BACKENDS = {"keras-tf": "tensorflow", "keras-jax": "jax", "keras-torch": "torch"}
-KERAS2_BACKENDS = {"keras-cntk": "cntk"}  # Keras 2.2, chosen by the same variable
-# R's Keras is the Python Keras 3 reached through reticulate (workloads/<workload>/r_keras.R): the
-# embedded Python reads the same variable before its import.
-R_KERAS_BACKENDS = {"r-keras": "tensorflow"}
+FACTS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "frameworks.json")
+_loaded = []  # type: List[Dict[str, dict]]
+
+
+def _frameworks() -> Dict[str, dict]:
+    if not _loaded:
+        try:
+            with open(FACTS_FILE) as stream:
+                _loaded.append(json.load(stream)["frameworks"])
+        except FileNotFoundError:
+            raise RuntimeError("{} is missing: write it from the frameworks' metadata with `python -m "
+                               "orchestrator.frameworks > workloads/frameworks.json`".format(FACTS_FILE)) from None
+    return _loaded[0]
 
 
 def module_name(framework: str) -> str:
-    return "keras" if framework in KERAS_BACKENDS else framework.replace("-", "_")
+    """The workload files of `framework`: workloads/<workload>/<this>.py (or its language's suffix)."""
+    return _frameworks().get(framework, {}).get("module") or framework.replace("-", "_")
 
 
 def frameworks_of(module: str) -> List[str]:
     """The framework names a module file serves."""
-    if module == "keras":
-        return list(KERAS_BACKENDS)
-    return [module.replace("_", "-")]
+    named = sorted(name for name, facts in _frameworks().items() if facts.get("module") == module)
+    return named or [module.replace("_", "-")]
 
 
 def environment(framework: str) -> Dict[str, str]:
     """Variables to set before the framework is imported (baked into its image too)."""
-    backend = KERAS_BACKENDS.get(framework) or KERAS2_BACKENDS.get(framework) or R_KERAS_BACKENDS.get(framework)
-    return {"KERAS_BACKEND": backend} if backend else {}
+    return dict(_frameworks().get(framework, {}).get("import_env", {}))
 
 
 def precision_environment(precision: str) -> Dict[str, str]:

@@ -156,26 +156,20 @@ def load_canonical(model, params: dict, policy) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_imdb()
-    with run.phase("model_build"):
-        train, test = build(run, policy, s.batch_size)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(train, weights, policy)
-    classifier = runtime.Classifier(train, test, lambda tokens: feed_batch(tokens, s, policy), policy)
-    runtime.train_and_evaluate(run, policy, classifier, data)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy, batch_size=None):
+        s = run.settings
+        train, test = build(run, policy, batch_size or s.batch_size)
+        return runtime.Classifier(train, test, lambda tokens: feed_batch(tokens, s, policy), policy)
+
+    def build_parity_model(self, run, policy, batch):
+        return self.build_model(run, policy, batch_size=len(batch["x"]))
+
+    def load_canonical(self, classifier, params):
+        load_canonical(classifier.train, params, classifier.policy)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    train, test = build(run, policy, len(batch["x"]))
-    load_canonical(train, params, policy)
-    classifier = runtime.Classifier(train, test, lambda tokens: feed_batch(tokens, s, policy), policy)
-    return runtime.parity_steps(run, policy, classifier, batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -13,7 +13,6 @@ import chainer.links as L
 import numpy as np
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import chainer as runtime
 
 MATCHED = (
@@ -91,30 +90,27 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
-
-    with run.phase("model_build"):
-        model = GRUClassifier(s)
+    def build_model(self, run, policy):
+        model = GRUClassifier(run.settings)
         model.to_device(policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s)
-    runtime.train_and_evaluate(run, policy, model, optimizer, F.softmax_cross_entropy, data)
-    run.set_provenance(extras={"gru_kernel": model.gru_kernel or "unknown: no training step built a graph"})
+        return model
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings)
+
+    def loss_function(self):
+        return F.softmax_cross_entropy
+
+    def train(self, run, policy, model, optimizer, data):
+        super().train(run, policy, model, optimizer, data)
+        run.set_provenance(extras={"gru_kernel": model.gru_kernel or "unknown: no training step built a graph"})
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = GRUClassifier(s)
-    model.to_device(policy.device)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), F.softmax_cross_entropy, batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -16,7 +16,6 @@ from workloads.runtime import cntk as runtime
 import cntk as C
 import numpy as np
 
-from workloads.common.harness import Run
 from workloads.common.hyperparams import SEED
 
 MATCHED = (
@@ -163,35 +162,31 @@ def load_canonical(weights: dict, params: dict, fused: bool) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    fused, gru_kernel = runtime.choose_gru(policy)  # probed on this device (FAIRNESS.md: fused-rnn)
-    with run.phase("data_load"):
-        data = run.load_imdb()
-    with run.phase("model_build"):
-        logits, parameters = gru_classifier(s, fused)
-        runtime.check_gru_graph(logits, fused)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(parameters, weights, fused)
-        learner, optimizer = make_learner(logits, s, s.batch_size)
-        classifier = runtime.Classifier(run, logits, loss, learner, s.batch_size)
-    run.set_provenance(extras={"gru_kernel": gru_kernel, "optimizer": optimizer})
-    runtime.train_and_evaluate(run, policy, classifier, data)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def select_device(self, run):
+        return runtime.select_device(run, probe_gru=True)  # which GRU runs here, probed (FAIRNESS.md: fused-rnn)
+
+    def build_model(self, run, policy, batch_size=None):
+        logits, parameters = gru_classifier(run.settings, policy.fused_gru)
+        runtime.check_gru_graph(logits, policy.fused_gru)
+        return runtime.Network(logits, parameters, batch_size or run.settings.batch_size)
+
+    def build_parity_model(self, run, policy, batch):
+        return self.build_model(run, policy, batch_size=len(batch["x"]))  # Adam divides by the batch size
+
+    def load_canonical(self, network, params):
+        load_canonical(network.parameters, params, fused="gru.packed" in network.parameters)
+
+    def make_learner(self, network, run, policy):
+        learner, optimizer = make_learner(network.output, run.settings, network.batch_size)
+        run.set_provenance(extras={"gru_kernel": policy.gru_kernel, "optimizer": optimizer})
+        return learner
+
+    def loss(self, logits, labels):
+        return loss(logits, labels)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    fused, gru_kernel = runtime.choose_gru(policy)
-    logits, weights = gru_classifier(s, fused)
-    runtime.check_gru_graph(logits, fused)
-    load_canonical(weights, params, fused)
-    batch_size = len(batch["x"])
-    learner, optimizer = make_learner(logits, s, batch_size)
-    run.set_provenance(extras={"gru_kernel": gru_kernel, "optimizer": optimizer})
-    classifier = runtime.Classifier(run, logits, loss, learner, batch_size)
-    return runtime.parity_steps(run, policy, classifier, batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

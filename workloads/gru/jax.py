@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from workloads.common.harness import Run
 from workloads.runtime import jax as runtime
 
 MATCHED = (
@@ -122,33 +121,29 @@ def load_canonical(params: dict, canonical_params: dict) -> dict:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    # the model's only recurrence: lax.scan cannot fall back to, or be replaced by, another kernel
-    run.set_provenance(extras={"gru_kernel": f"scan: lax.scan over {s.sequence_length} time steps, an XLA while "
-                                             "loop inside the jitted step (JAX has no cuDNN GRU)"})
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy):
+        model = GRUClassifier(run.settings, dtype=policy.compute_dtype)
+        return runtime.Model(model, init_params(model, run.settings), make_loss(model))
 
-    with run.phase("model_build"):
-        model = GRUClassifier(s, dtype=policy.compute_dtype)
-        params = init_params(model, s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            params = load_canonical(params, weights)
-        optimizer = make_optimizer(s)
-    runtime.train_and_evaluate(run, policy, model, params, optimizer, make_loss(model), data,
-                               optimizer_name=OPTIMIZER)
+    def load_canonical(self, model, params):
+        model.params = load_canonical(model.params, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(run.settings)
+
+    def describe_optimizer(self):
+        return OPTIMIZER
+
+    def train(self, run, policy, model, optimizer, data):
+        # the model's only recurrence: lax.scan cannot fall back to, or be replaced by, another kernel
+        run.set_provenance(extras={"gru_kernel": f"scan: lax.scan over {run.settings.sequence_length} time "
+                                                 "steps, an XLA while loop inside the jitted step (JAX has no "
+                                                 "cuDNN GRU)"})
+        super().train(run, policy, model, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = GRUClassifier(s, dtype=policy.compute_dtype)
-    weights = load_canonical(init_params(model, s), params)
-    return runtime.parity_steps(run, policy, model, weights, make_optimizer(s), make_loss(model), batch,
-                                optimizer_name=OPTIMIZER)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -12,7 +12,6 @@ import numpy as np
 from keras import layers
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import keras as runtime
 
 MATCHED = (
@@ -74,27 +73,20 @@ def load_canonical(model: keras.Model, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy, watch_kernel=True):
+        if watch_kernel:  # which GRU kernel actually runs (extras gru_kernel), fallbacks included
+            runtime.watch_gru_kernel(run)
+        return compile_model(gru_classifier(run.settings), run.settings, policy)
 
-    with run.phase("model_build"):
-        runtime.watch_gru_kernel(run)  # which GRU kernel actually runs (extras gru_kernel), fallbacks included
-        model = compile_model(gru_classifier(s), s, policy)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    runtime.train_and_evaluate(run, policy, model, data)
+    def build_parity_model(self, run, policy, batch):
+        return self.build_model(run, policy, watch_kernel=False)  # the parity check records no kernel
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = compile_model(gru_classifier(s), s, policy)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -16,7 +16,6 @@ from keras import backend as K
 from keras import layers
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 
 MATCHED = (
     "GRU(reset_after=True, recurrent_activation='sigmoid'): the canonical (cuDNN) form; Keras 2.2's "
@@ -101,28 +100,29 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy):
+        return compile_model(gru_classifier(run.settings), run.settings)
 
-    with run.phase("model_build"):
-        model = compile_model(gru_classifier(s), s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    run.set_provenance(extras={"optimizer": OPTIMIZER, "gru_kernel": runtime.gru_kernel(model, s.sequence_length)})
-    runtime.train_and_evaluate(run, policy, model, data)
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def train(self, run, policy, model, optimizer, data):
+        record_what_runs(run, model)
+        super().train(run, policy, model, optimizer, data)
+
+    def parity_steps(self, run, policy, model, optimizer, batch):
+        record_what_runs(run, model)
+        return super().parity_steps(run, policy, model, optimizer, batch)
 
 
-# --- parity -------------------------------------------------------------------------------------
+def record_what_runs(run, model) -> None:
+    """The optimizer, and the GRU kernel read from the model's graph (FAIRNESS.md: fused-rnn)."""
+    run.set_provenance(extras={"optimizer": OPTIMIZER,
+                               "gru_kernel": runtime.gru_kernel(model, run.settings.sequence_length)})
 
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = compile_model(gru_classifier(s), s)
-    load_canonical(model, params)
-    run.set_provenance(extras={"optimizer": OPTIMIZER, "gru_kernel": runtime.gru_kernel(model, s.sequence_length)})
-    return runtime.parity_steps(run, policy, model, batch)
+
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

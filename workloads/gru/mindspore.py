@@ -9,7 +9,6 @@ from mindspore import nn
 from mindspore.common.initializer import Uniform
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mindspore as runtime
 
 MATCHED = (
@@ -63,26 +62,25 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_imdb()
-    with run.phase("model_build"):
-        model = GRUClassifier(s)  # no dropout in this model: its train mode changes only the graph's key
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s)
-    run.set_provenance(extras={"gru_kernel": runtime.describe_gru_kernel(model.gru)})
-    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy):
+        return GRUClassifier(run.settings)  # no dropout in this model: its train mode changes only the graph's key
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings)
+
+    def loss_function(self):
+        return nn.CrossEntropyLoss()
+
+    def train(self, run, policy, model, optimizer, data):
+        run.set_provenance(extras={"gru_kernel": runtime.describe_gru_kernel(model.gru)})
+        super().train(run, policy, model, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = GRUClassifier(s)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), nn.CrossEntropyLoss(), batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

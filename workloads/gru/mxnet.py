@@ -9,7 +9,6 @@ from mxnet import gluon
 from mxnet.gluon import nn, rnn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet as runtime
 
 MATCHED = (
@@ -72,29 +71,25 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy):
+        return build(run.settings, policy.device)  # no dropout in this model
 
-    with run.phase("model_build"):
-        model = build(s, policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        trainer = make_trainer(model, s)
-    run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
-    runtime.train_and_evaluate(run, policy, model, trainer, gluon.loss.SoftmaxCrossEntropyLoss(), data)
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_trainer(model, run.settings)
+
+    def loss_function(self):
+        return gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def train(self, run, policy, model, optimizer, data):
+        run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
+        super().train(run, policy, model, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = build(s, policy.device)  # no dropout in this model
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_trainer(model, s), gluon.loss.SoftmaxCrossEntropyLoss(),
-                                batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -9,7 +9,6 @@ import math
 import mxnet as mx
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
@@ -68,27 +67,25 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy, batch_size=None):
+        return build(run.settings, policy.device, batch_size or run.settings.batch_size)
 
-    with run.phase("model_build"):
-        module = build(s, policy.device, s.batch_size)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(module, weights)
-    run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
-    runtime.train_and_evaluate(run, policy, module, data)
+    def build_parity_model(self, run, policy, batch):
+        return self.build_model(run, policy, len(batch["y"]))
+
+    def load_canonical(self, module, params):
+        load_canonical(module, params)
+
+    def logits_symbol(self, run):
+        return gru_classifier(run.settings)
+
+    def train(self, run, policy, module, optimizer, data):
+        run.set_provenance(extras={"gru_kernel": runtime.gru_kernel(policy)})
+        super().train(run, policy, module, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    module = build(s, policy.device, len(batch["y"]))
-    load_canonical(module, params)
-    return runtime.parity_steps(run, policy, module, gru_classifier(s), batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -10,7 +10,6 @@ import paddle
 from paddle import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import paddle as runtime
 
 MATCHED = (
@@ -74,28 +73,30 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        data = run.load_imdb()
-    with run.phase("model_build"):
-        model = GRUClassifier(s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s)
-    run.set_provenance(extras={"gru_kernel": runtime.describe_gru_kernel(policy, model.gru)})
-    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy):
+        return GRUClassifier(run.settings)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings)
+
+    def loss_function(self):
+        return nn.CrossEntropyLoss()
+
+    def train(self, run, policy, model, optimizer, data):
+        run.set_provenance(extras={"gru_kernel": runtime.describe_gru_kernel(policy, model.gru)})
+        super().train(run, policy, model, optimizer, data)
+
+    def parity_steps(self, run, policy, model, optimizer, batch):
+        # no dropout in this model; the rnn operator keeps what its backward needs only in train mode
+        return runtime.parity_steps(run, policy, model, optimizer, self.loss_function(), batch,
+                                    steps_in_train_mode=True)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = GRUClassifier(s)
-    load_canonical(model, params)
-    # no dropout in this model; the rnn operator keeps what its backward needs only in train mode
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s), nn.CrossEntropyLoss(), batch,
-                                steps_in_train_mode=True)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

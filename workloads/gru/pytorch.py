@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import pytorch as runtime
 
 MATCHED = (
@@ -60,26 +59,28 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run, convolutions=False)  # channels_last: unsupported
-    with run.phase("data_load"):
-        data = run.load_imdb()
-    with run.phase("model_build"):
-        model = GRUClassifier(s).to(policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = make_optimizer(model, s, policy)
-    runtime.watch_gru_kernel(run, model.gru)  # which kernel ran, read from the first training step
-    runtime.train_and_evaluate(run, policy, model, optimizer, nn.CrossEntropyLoss(), data)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def select_device(self, run):
+        return runtime.select_device(run, convolutions=False)  # channels_last: unsupported
+
+    def build_model(self, run, policy):
+        return GRUClassifier(run.settings).to(policy.device)
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return make_optimizer(model, run.settings, policy)
+
+    def loss_function(self):
+        return nn.CrossEntropyLoss()
+
+    def train(self, run, policy, model, optimizer, data):
+        runtime.watch_gru_kernel(run, model.gru)  # which kernel ran, read from the first training step
+        super().train(run, policy, model, optimizer, data)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run, convolutions=False)
-    model = GRUClassifier(s).to(policy.device)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, make_optimizer(model, s, policy), nn.CrossEntropyLoss(), batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

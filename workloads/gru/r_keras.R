@@ -59,29 +59,15 @@ load_canonical <- function(model, params) {
 
 # --- run ----------------------------------------------------------------------------------------
 
-run <- function(run) {
-  s <- run$settings
-  policy <- select_device(run)
-
-  with(run$phase("data_load"), {
-    data <- run$load_imdb()
-  })
-
-  with(run$phase("model_build"), {
-    runtime$watch_gru_kernel(run)  # which GRU kernel actually runs (extras gru_kernel), fallbacks included
-    model <- compile_model(gru_classifier(s), s, policy)
-    weights <- run$initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-    if (!is.null(weights)) load_canonical(model, weights)
-  })
-  runtime$train_and_evaluate(run, policy, model, data)
-}
-
-# --- parity -------------------------------------------------------------------------------------
-
-parity <- function(run, params, batch) {
-  s <- run$settings
-  policy <- select_device(run)
-  model <- compile_model(gru_classifier(s), s, policy)
-  load_canonical(model, params)
-  runtime$parity_steps(run, policy, model, batch)
-}
+GRUWorkload <- r_workload("GRUWorkload", runtime$Training, list(
+  build_model = function(self, run, policy, watch_kernel = TRUE) {
+    if (watch_kernel) runtime$watch_gru_kernel(run)  # which GRU kernel actually runs (extras gru_kernel)
+    compile_model(gru_classifier(run$settings), run$settings, policy)
+  },
+  build_parity_model = function(self, run, policy, batch)  # the parity check records no kernel
+    self$build_model(run, policy, watch_kernel = FALSE),
+  load_canonical = function(self, model, params) load_canonical(model, params)
+))
+implementation <- GRUWorkload()
+run <- implementation$run  # what workloads/cell.R hands the harness
+parity <- implementation$parity

@@ -9,7 +9,6 @@ makes its form equal PyTorch's.
 """
 import tensorflow as tf
 
-from workloads.common.harness import Run
 from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
@@ -127,21 +126,24 @@ def load_canonical(model: GRUClassifier, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class GRUWorkload(runtime.Training):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        data = run.load_imdb()
+    def build_model(self, run, policy):
+        return GRUClassifier(run.settings, policy.fused_rnn)
 
-    with run.phase("model_build"):
-        model = GRUClassifier(s, policy.fused_rnn)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-        optimizer = Adam(model.trainable_variables, s)
-    runtime.train_and_evaluate(run, policy, model, optimizer, loss_function, data)
-    run.set_provenance(extras={"gru_kernel": gru_kernel(model, policy, s)})
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
+
+    def make_optimizer(self, model, run, policy):
+        return Adam(model.trainable_variables, run.settings)
+
+    def loss_function(self):
+        return loss_function
+
+    def train(self, run, policy, model, optimizer, data):
+        super().train(run, policy, model, optimizer, data)
+        run.set_provenance(extras={"gru_kernel": gru_kernel(model, policy, run.settings)})
 
 
 def gru_kernel(model: GRUClassifier, policy, s) -> str:
@@ -154,11 +156,5 @@ def gru_kernel(model: GRUClassifier, policy, s) -> str:
     return f"scan: tf.scan over {s.sequence_length} time steps, {how} ({why})"
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    model = GRUClassifier(s, policy.fused_rnn)
-    load_canonical(model, params)
-    return runtime.parity_steps(run, policy, model, Adam(model.trainable_variables, s), loss_function, batch)
+IMPLEMENTATION = GRUWorkload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

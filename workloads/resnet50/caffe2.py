@@ -105,23 +105,16 @@ def load_canonical(model, params: dict, policy) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        images = run.random_images()
-    with run.phase("model_build"):
-        model = build(run, policy)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights, policy)
-    # the warm pass takes allocation and cuDNN's algorithm search
-    runtime.extract_features(run, policy, model, images)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. The warm pass
+    takes allocation and cuDNN's algorithm search."""
+
+    def build_model(self, run, policy):
+        return runtime.FeatureNet(build(run, policy), policy)
+
+    def load_canonical(self, net, params):
+        load_canonical(net.model, params, net.policy)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = build(run, policy)
-    load_canonical(model, params, policy)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

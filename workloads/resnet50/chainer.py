@@ -10,7 +10,6 @@ import chainer.functions as F
 import chainer.links as L
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import chainer as runtime
 
 MATCHED = (
@@ -105,27 +104,18 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. The runtime
+    extracts with train=False (batch norm on running statistics) and no graph (FAIRNESS.md: eval-mode)."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
-
-    with run.phase("model_build"):
+    def build_model(self, run, policy):
         model = ResNet50Features()
         model.to_device(policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    # train=False: batch norm on running statistics; no_backprop_mode: no graph (FAIRNESS.md: eval-mode)
-    runtime.extract_features(run, policy, model, images)
+        return model
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = ResNet50Features()
-    model.to_device(policy.device)
-    load_canonical(model, params)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

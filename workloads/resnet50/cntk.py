@@ -15,7 +15,6 @@ from workloads.runtime import cntk as runtime
 import cntk as C
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution",
@@ -94,24 +93,17 @@ def load_canonical(layers: dict, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        images = run.random_images()
-    with run.phase("model_build"):
-        features, layers = resnet50_features(s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(layers, weights)
-    # the warm pass takes graph compilation and cuDNN's algorithm search; eval() is inference
-    runtime.extract_features(run, policy, features, images)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. The warm pass
+    takes graph compilation and cuDNN's algorithm search; eval() is inference."""
+
+    def build_model(self, run, policy):
+        features, layers = resnet50_features(run.settings)
+        return runtime.Network(features, layers)
+
+    def load_canonical(self, network, params):
+        load_canonical(network.parameters, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    features, layers = resnet50_features(run.settings)
-    load_canonical(layers, params)
-    return runtime.parity_features(run, policy, features, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import jax as runtime
 
 MATCHED = (
@@ -119,28 +118,17 @@ def load_canonical(variables: dict, params: dict) -> dict:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. Inference only:
+    no gradient is ever taken (FAIRNESS.md: eval-mode); batch norm on its moving statistics."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
-
-    with run.phase("model_build"):
+    def build_model(self, run, policy):
         model = ResNet50Features(dtype=policy.compute_dtype)
-        variables = init_variables(model, s)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            variables = load_canonical(variables, weights)
-        runtime.track(variables)  # the phase waits for it
-    # inference only: no gradient is ever taken (FAIRNESS.md: eval-mode); batch norm on moving statistics
-    runtime.extract_features(run, policy, model, variables, images)
+        return runtime.Model(model, init_variables(model, run.settings))
+
+    def load_canonical(self, model, params):
+        model.params = load_canonical(model.params, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = ResNet50Features(dtype=policy.compute_dtype)
-    variables = load_canonical(init_variables(model, run.settings), params)
-    return runtime.parity_features(run, policy, model, variables, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -14,7 +14,6 @@ import keras
 from keras import layers
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 
 MATCHED = (
     "v1.5: the stride of a downsampling block sits on its 3x3 convolution (keras.applications is v1)",
@@ -100,24 +99,15 @@ def load_canonical(model: "keras.Model", params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
+    def build_model(self, run, policy):
+        return resnet50_features(run.settings)
 
-    with run.phase("model_build"):
-        model = resnet50_features(run.settings)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    runtime.extract_features(run, policy, model, images)
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = resnet50_features(run.settings)
-    load_canonical(model, params)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

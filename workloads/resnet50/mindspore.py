@@ -9,7 +9,6 @@ framework): weights do not change the timing.
 from mindspore import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mindspore as runtime
 
 MATCHED = (
@@ -106,23 +105,17 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
-    with run.phase("data_load"):
-        images = run.random_images()
-    with run.phase("model_build"):
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
+
+    def build_model(self, run, policy):
         model = ResNet50Features()
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
         model.set_train(False)  # inference only: batch norm on moving statistics, no gradients
-    runtime.extract_features(run, policy, model, images)
+        return model
+
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = ResNet50Features()
-    load_canonical(model, params)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

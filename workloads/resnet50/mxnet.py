@@ -9,7 +9,6 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet as runtime
 
 MATCHED = (
@@ -105,25 +104,16 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. The runtime
+    extracts outside autograd.record: no gradients, batch norm in predict mode (FAIRNESS.md: eval-mode)."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
+    def build_model(self, run, policy):
+        return build(policy.device)
 
-    with run.phase("model_build"):
-        model = build(policy.device)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    # outside autograd.record: no gradients, batch norm in predict mode (FAIRNESS.md: eval-mode)
-    runtime.extract_features(run, policy, model, images)
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = build(policy.device)
-    load_canonical(model, params)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

@@ -8,7 +8,6 @@ Random weights and random inputs (seed 0): weights do not change the timing.
 import mxnet as mx
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import mxnet_module as runtime
 
 MATCHED = (
@@ -80,27 +79,19 @@ def load_canonical(module: mx.mod.Module, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    s = run.settings
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload. Bound
+    for_training=False and run forward(is_train=False): no gradients (FAIRNESS.md: eval-mode)."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
+    def build_model(self, run, policy, batch_size=None):
+        return build(run.settings, policy.device, batch_size or run.settings.batch_size)
 
-    with run.phase("model_build"):
-        module = build(s, policy.device, s.batch_size)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(module, weights)
-    # bound for_training=False and forward(is_train=False): no gradients (FAIRNESS.md: eval-mode)
-    runtime.extract_features(run, policy, module, images)
+    def build_parity_model(self, run, policy, batch):
+        return self.build_model(run, policy, len(batch["x"]))
+
+    def load_canonical(self, module, params):
+        load_canonical(module, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    s = run.settings
-    policy = runtime.select_device(run)
-    module = build(s, policy.device, len(batch["x"]))
-    load_canonical(module, params)
-    return runtime.parity_features(run, policy, module, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

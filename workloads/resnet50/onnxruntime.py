@@ -8,7 +8,6 @@ What to notice: building the model is creating an InferenceSession (loading the 
 it, choosing kernels), timed as model_build; the first run (cuDNN's algorithm search on a GPU)
 lands in the warm pass.
 """
-from workloads.common.harness import Run
 from workloads.runtime import onnxruntime as runtime
 
 MATCHED = (
@@ -24,22 +23,6 @@ MATCHED = (
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    runtime.initial_weights(run)  # the canonical weights, in the exported graph; --init framework: unsupported
-    policy = runtime.select_device(run)  # may raise Unsupported
-    model = runtime.exported_model(run)
-    with run.phase("data_load"):
-        images = run.random_images()
-    with run.phase("model_build"):  # session creation: graph load, optimisation, kernel choice
-        session = runtime.session(run, policy, model)
-    runtime.extract_features(run, policy, session, images)
-
-
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    """The exported graph on the canonical batch. The weights are in the graph already (exported
-    from the same canonical arrays, whose sha256 export.json records), so `params` is not loaded."""
-    policy = runtime.select_device(run)
-    session = runtime.session(run, policy, runtime.exported_model(run))
-    return runtime.parity_features(run, policy, session, batch)
+# Nothing of this workload is ONNX Runtime's own but the execution provider: the scaffold is the runtime's, whole.
+IMPLEMENTATION = runtime.FeatureExtraction()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

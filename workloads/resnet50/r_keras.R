@@ -89,26 +89,10 @@ load_canonical <- function(model, params) {
 
 # --- run ----------------------------------------------------------------------------------------
 
-run <- function(run) {
-  policy <- select_device(run)
-
-  with(run$phase("data_load"), {
-    images <- run$random_images()
-  })
-
-  with(run$phase("model_build"), {
-    model <- resnet50_features(run$settings, policy$data_format)
-    weights <- run$initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-    if (!is.null(weights)) load_canonical(model, weights)
-  })
-  runtime$extract_features(run, policy, model, images)
-}
-
-# --- parity -------------------------------------------------------------------------------------
-
-parity <- function(run, params, batch) {
-  policy <- select_device(run)
-  model <- resnet50_features(run$settings, policy$data_format)
-  load_canonical(model, params)
-  runtime$parity_features(run, policy, model, batch)
-}
+ResNet50Workload <- r_workload("ResNet50Workload", runtime$FeatureExtraction, list(
+  build_model = function(self, run, policy) resnet50_features(run$settings, policy$data_format),
+  load_canonical = function(self, model, params) load_canonical(model, params)
+))
+implementation <- ResNet50Workload()
+run <- implementation$run  # what workloads/cell.R hands the harness
+parity <- implementation$parity

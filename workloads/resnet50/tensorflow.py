@@ -10,7 +10,6 @@ column go at the bottom and right), so the strided layers pad explicitly, as PyT
 import tensorflow as tf
 
 from workloads.common import canonical
-from workloads.common.harness import Run
 from workloads.runtime import tensorflow as runtime
 
 MATCHED = (
@@ -110,24 +109,15 @@ def load_canonical(model: ResNet50Features, params: dict) -> None:
 
 # --- run ----------------------------------------------------------------------------------------
 
-def run(run: Run) -> None:
-    policy = runtime.select_device(run)
+class ResNet50Workload(runtime.FeatureExtraction):
+    """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
-    with run.phase("data_load"):
-        images = run.random_images()
+    def build_model(self, run, policy):
+        return ResNet50Features(policy.layout)
 
-    with run.phase("model_build"):
-        model = ResNet50Features(policy.layout)
-        weights = run.initial_weights()  # the same start in every framework (FAIRNESS.md: same-start)
-        if weights is not None:
-            load_canonical(model, weights)
-    runtime.extract_features(run, policy, model, images)
+    def load_canonical(self, model, params):
+        load_canonical(model, params)
 
 
-# --- parity -------------------------------------------------------------------------------------
-
-def parity(run: Run, params: dict, batch: dict) -> dict:
-    policy = runtime.select_device(run)
-    model = ResNet50Features(policy.layout)
-    load_canonical(model, params)
-    return runtime.parity_features(run, policy, model, batch)
+IMPLEMENTATION = ResNet50Workload()
+run, parity = IMPLEMENTATION.run, IMPLEMENTATION.parity  # what `python -m workloads` calls

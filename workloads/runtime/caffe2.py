@@ -5,16 +5,18 @@ model_helper) last shipped compiled in PyPI's torch 1.10.2 wheels, for Python 3.
 images/caffe2/FINDING.md). These rows run that API on Python 3.9. A model is two nets of operators
 on named blobs in a global workspace: param_init_net (run once) and net (run per batch); numpy
 arrays go in with FeedBlob and come out with FetchBlob. The workload files build the nets; the
-loops here run them, on top of workloads/common/loop.py.
+loops here run them, on top of workloads/common/loop.py. `Training` and `FeatureExtraction` are
+Caffe2's side of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 import os
 from importlib import metadata
+from typing import NamedTuple
 
 import numpy as np
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -58,9 +60,7 @@ def select_device(run: Run) -> Caffe2Policy:
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to Caffe2 on this host")
     on_gpu = gpus > 0 and run.requested_device != "cpu"
-    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
-        raise Unsupported("{}: the Caffe2 rows run fp32 only (Caffe2's fp16 needs FloatToHalf casts and "
-                          "fp16 operators throughout; CUDA 10.2 predates TF32 and bf16)".format(run.precision))
+    precision_rules.check("caffe2", run.precision, "cuda" if on_gpu else "cpu")  # (FAIRNESS.md: true-precision)
     gpu_name, cuda_version = None, None
     if on_gpu:
         properties = workspace.GetDeviceProperties(0)
@@ -155,11 +155,13 @@ def glorot(fan_in: int, fan_out: int):
 class Classifier:
     """A Caffe2 classifier: a training net (forward, gradients, updates; blob "labels" in, blob "loss"
     out) and a test net (blob "logits" out) over the same parameter blobs, both instantiated
-    (create_net), and ``feed_inputs(x)``, which puts a numpy batch's inputs into the workspace."""
+    (create_net), and ``feed_inputs(x)``, which puts a numpy batch's inputs into the workspace, on
+    the ``policy``'s device."""
 
     def __init__(self, train, test, feed_inputs, policy: Caffe2Policy):
         self.train, self.test = train, test
         self.feed_inputs = feed_inputs
+        self.policy = policy
         self.device = policy.device
 
     def step(self, x: np.ndarray, y: np.ndarray) -> None:
@@ -210,3 +212,40 @@ def parity_features(run: Run, policy: Caffe2Policy, model, batch: dict) -> dict:
     feed("images", batch["x"], policy.device)
     workspace.RunNet(model.net)
     return {"features": workspace.FetchBlob("features").copy()}
+
+
+# --- the scaffold's Caffe2 part (workloads/common/scaffold.py) ----------------------------------------
+
+class FeatureNet(NamedTuple):
+    """A forward-only Caffe2 model (its ModelHelper: blob "images" in, "features" out) and the policy
+    whose device its blobs live on."""
+    model: object
+    policy: Caffe2Policy
+
+
+class Training(scaffold.Training):
+    """A Caffe2 training workload: its file gives build_model (a Classifier: the training net, with
+    its loss, gradient and update operators, and the test net, over the same blobs; so
+    make_optimizer keeps the scaffold's None) and load_canonical."""
+
+    def select_device(self, run: Run) -> Caffe2Policy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: Caffe2Policy, classifier: Classifier, optimizer, data) -> None:
+        train_and_evaluate(run, policy, classifier, data)
+
+    def parity_steps(self, run: Run, policy: Caffe2Policy, classifier: Classifier, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, classifier, batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Caffe2 inference workload: its file gives build_model (a FeatureNet) and load_canonical."""
+
+    def select_device(self, run: Run) -> Caffe2Policy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: Caffe2Policy, net: FeatureNet, images: np.ndarray) -> None:
+        extract_features(run, policy, net.model, images)
+
+    def parity_features(self, run: Run, policy: Caffe2Policy, net: FeatureNet, batch: dict) -> dict:
+        return parity_features(run, policy, net.model, batch)

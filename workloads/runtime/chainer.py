@@ -6,7 +6,8 @@ A workload hands its Chain (on the device), its optimizer (set up on the Chain) 
 function; the step (forward, backward, update) is written once here. What ran is recorded in the
 result's extras: the update rule ("optimizer"), the GRU's kernel ("gru_kernel", detected from the
 graph the first training step built) and TF32 ("tf32"). Nothing is traced or compiled: Chainer is
-define-by-run, so ``samples.traces`` stays empty.
+define-by-run, so ``samples.traces`` stays empty. `Training` and `FeatureExtraction` are Chainer's side
+of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import chainer
 from chainer.backends import cuda
 from chainer.functions.rnn import n_step_rnn
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -42,16 +43,7 @@ def select_device(run: Run) -> ChainerPolicy:
         raise Unsupported(f"{reason}: Chainer reaches a GPU only through CuPy")
     on_gpu = gpu_available and run.requested_device != "cpu"
     precision = run.precision
-    if not on_gpu and precision in ("tf32", "fp16", "bf16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU (NumPy)")
-    if precision == "tf32":
-        raise Unsupported("Chainer 7.8.1 and CuPy 7.8 have no TF32 switch (CUPY_TF32 came with CuPy 8): without "
-                          "NVIDIA_TF32_OVERRIDE=0 cuDNN 8 may run the fp32 convolutions as TF32 on Ampere while "
-                          "cuBLAS keeps the matmuls fp32, a mix that is not a tf32 cell")
-    if precision == "bf16":
-        raise Unsupported("Chainer 7.8.1 has no bf16 switch (its CuPy and cuDNN predate it)")
-    if precision == "fp16":
-        raise Unsupported("fp16 (Chainer's 'mixed16' dtype with loss scaling) is not wired in this benchmark")
+    precision_rules.check("chainer", precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     chainer.config.train = True  # the loops below switch it off for evaluation and inference
     # cuDNN convolution autotuning (FAIRNESS.md: autotune); its cost lands in the first step
     chainer.config.autotune = True
@@ -247,3 +239,33 @@ def parity_features(run: Run, policy: ChainerPolicy, model: chainer.Chain, batch
     run.set_parameter_count(parameter_count(model))
     with chainer.using_config("train", False):
         return {"features": to_host(_logits(policy, model)(batch["x"]))}
+
+
+# --- the scaffold's Chainer part (workloads/common/scaffold.py) ---------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Chainer training workload: its file gives build_model, load_canonical, make_optimizer (a
+    chainer.Optimizer set up on the model) and loss_function; the device policy and the loops are
+    this module's."""
+
+    def select_device(self, run: Run) -> ChainerPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: ChainerPolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: ChainerPolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Chainer inference workload: its file gives build_model (on the policy's device) and load_canonical."""
+
+    def select_device(self, run: Run) -> ChainerPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: ChainerPolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: ChainerPolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

@@ -8,17 +8,20 @@ file and in the three CNTK workload files runs on Python 3.6 (no f-string "=", n
 `from __future__ import annotations`). The layout conversions at the bottom are plain numpy
 functions that never touch CNTK, so the host's tests check them without CNTK installed (they import
 these modules over a stand-in `cntk` module that refuses every use: nothing runs CNTK at import).
+`Training` and `FeatureExtraction` are CNTK's side of the scaffold every workload file fills in
+(workloads/common/scaffold.py); what a CNTK workload builds is a `Network`.
 
 CNTK's libraries are linked against OpenMPI 1.10 by name (libmpi.so.12, libmpi_cxx.so.1), needed
 even in a single process. The workload files import this module before `import cntk`, so that a
 host without them gets an "unsupported here" cell that says how to provide them, not a crash.
 """
+import abc
 import os
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -51,19 +54,24 @@ GRAPH = "static graph built once in Python (one Trainer); CNTK compiles it on th
 
 class CNTKPolicy(Policy):
     """``device`` is "cpu" or "cuda" (CNTK's default device is set to it). Whether the GRU can run
-    cuDNN's optimized_rnnstack is probed, not assumed (choose_gru, FAIRNESS.md: fused-rnn)."""
+    cuDNN's optimized_rnnstack is probed, not assumed (choose_gru, FAIRNESS.md: fused-rnn): where
+    select_device was asked to, ``fused_gru`` and ``gru_kernel`` hold what it found (else None)."""
+
+    def __init__(self, device, precision: str):
+        super().__init__(device, precision)
+        self.fused_gru = None  # type: Optional[bool]
+        self.gru_kernel = None  # type: Optional[str]
 
 
-def select_device(run: Run) -> CNTKPolicy:
-    """Pick the device, refuse what it cannot do (before any work), set the switches."""
+def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
+    """Pick the device, refuse what it cannot do (before any work), set the switches; with
+    ``probe_gru``, find which GRU runs on it (choose_gru)."""
     gpus = [d for d in C.device.all_devices() if d.type() == C.device.DeviceKind.GPU]
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only "
                           "cntk wheel; cntk-gpu needs CUDA 10.0 / cuDNN 7)")
     on_gpu = bool(gpus) and run.requested_device != "cpu"
-    if run.precision != "fp32":  # (FAIRNESS.md: true-precision)
-        raise Unsupported("{}: the CNTK rows run fp32 only (CNTK 2.7 predates TF32 and bf16, and its fp16 "
-                          "is not exposed through these layers and learners)".format(run.precision))
+    precision_rules.check("cntk", run.precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     gpu_name = None
     if on_gpu:
         properties = C.device.get_gpu_properties(gpus[0])
@@ -90,7 +98,10 @@ def select_device(run: Run) -> CNTKPolicy:
                 "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
                 "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
     )
-    return CNTKPolicy(device, run.precision)
+    policy = CNTKPolicy(device, run.precision)
+    if probe_gru:
+        policy.fused_gru, policy.gru_kernel = choose_gru(policy)
+    return policy
 
 
 _pending = []  # the last value a step left on the device, for _sync
@@ -239,6 +250,56 @@ def parity_features(run: Run, policy: CNTKPolicy, features, batch: dict) -> dict
     (inputs,) = features.arguments
     run.set_parameter_count(parameter_count(features))
     return {"features": features.eval({inputs: batch["x"]})}
+
+
+# --- the scaffold's CNTK part (workloads/common/scaffold.py) ------------------------------------------
+
+class Network(NamedTuple):
+    """What a CNTK workload builds: its output function (the logits, or ResNet-50's features) of its
+    one input, its parameters by name (what load_canonical fills in), and the batch size a learner
+    built for one batch size is made for (None: any)."""
+    output: object
+    parameters: dict
+    batch_size: Optional[int] = None
+
+
+class Training(scaffold.Training):
+    """A CNTK training workload: its file gives build_model (a Network), load_canonical, make_learner
+    and loss; the optimizer the scaffold makes is the Classifier, CNTK's Trainer over that learner."""
+
+    @abc.abstractmethod
+    def make_learner(self, network: Network, run: Run, policy: CNTKPolicy):
+        """The CNTK learner over ``network.output.parameters``."""
+
+    @abc.abstractmethod
+    def loss(self, logits, labels):
+        """The loss on one-hot labels, per sample (the Trainer averages the batch)."""
+
+    def select_device(self, run: Run) -> CNTKPolicy:
+        return select_device(run)
+
+    def make_optimizer(self, network: Network, run: Run, policy: CNTKPolicy) -> "Classifier":
+        return Classifier(run, network.output, self.loss, self.make_learner(network, run, policy), network.batch_size)
+
+    def train(self, run: Run, policy: CNTKPolicy, network: Network, classifier: "Classifier", data) -> None:
+        train_and_evaluate(run, policy, classifier, data)
+
+    def parity_steps(self, run: Run, policy: CNTKPolicy, network: Network, classifier: "Classifier",
+                     batch: dict) -> dict:
+        return parity_steps(run, policy, classifier, batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A CNTK inference workload: its file gives build_model (a Network of the features) and load_canonical."""
+
+    def select_device(self, run: Run) -> CNTKPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: CNTKPolicy, network: Network, images: np.ndarray) -> None:
+        extract_features(run, policy, network.output, images)
+
+    def parity_features(self, run: Run, policy: CNTKPolicy, network: Network, batch: dict) -> dict:
+        return parity_features(run, policy, network.output, batch)
 
 
 # --- canonical layouts -> CNTK's, numpy only ------------------------------------------------------

@@ -12,8 +12,14 @@ norm on its moving statistics), its parameters, its Optax optimizer and its loss
 ``loss_of(params, x, y, dropout_key)``; this module builds the state and the step from them.
 Every jitted function counts its Python traces (``run.note_trace``): each traces once, evaluation
 included (its last partial batch is padded to the batch size, so it keeps the one shape).
+`Training` and `FeatureExtraction` are JAX's side of the scaffold every workload file fills in
+(workloads/common/scaffold.py); what a JAX workload builds is a `Model`.
 """
 from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +27,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -78,12 +84,11 @@ def select_device(run: Run) -> JaxPolicy:
         raise Unsupported("no CUDA GPU visible to JAX on this host (CPU jaxlib, or no GPU)")
     device_type = "cuda" if gpus and run.requested_device != "cpu" else "cpu"
     precision = run.precision
-    if device_type == "cpu" and precision in ("tf32", "fp16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
+    capability = None
     if device_type == "cuda":
-        major, _, minor = str(gpus[0].compute_capability).partition(".")
-        if precision in ("tf32", "bf16") and int(major) < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor or 0}")
+        major, _, minor = str(gpus[0].compute_capability).partition(".")  # e.g. "9.0"
+        capability = (int(major), int(minor or 0))
+    precision_rules.check("jax", precision, device_type, capability)
     device = gpus[0] if device_type == "cuda" else jax.devices("cpu")[0]
     jax.config.update("jax_default_device", device)
     # XLA's default fp32 matmul/convolution precision on a GPU may use TF32 (or bf16 passes):
@@ -296,3 +301,57 @@ def extract_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: d
 def parity_features(run: Run, policy: JaxPolicy, model: nn.Module, variables: dict, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(variables["params"]))
     return {"features": jax.device_get(make_forward(run, model)(variables, to_device(batch["x"])))}
+
+
+# --- the scaffold's JAX part (workloads/common/scaffold.py) -------------------------------------------
+
+@dataclass
+class Model:
+    """What a JAX workload builds: its Flax module and the module's parameters (ResNet-50: its whole
+    variables dict, params and batch_stats). Pytrees are immutable, so loading the canonical weights
+    replaces `params`. `loss_of(params, x, y, dropout_key)` is a training workload's loss."""
+    module: nn.Module
+    params: dict
+    loss_of: Optional[Callable] = None
+
+
+class Training(scaffold.Training):
+    """A JAX training workload: its file gives build_model (a Model with its loss), load_canonical,
+    make_optimizer and describe_optimizer; the device policy and the loops are this module's."""
+
+    @abc.abstractmethod
+    def make_optimizer(self, model: Model, run: Run, policy: JaxPolicy) -> optax.GradientTransformation:
+        """The Optax optimizer; XLA compiles its update into the jitted step."""
+
+    @abc.abstractmethod
+    def describe_optimizer(self) -> str:
+        """What the optimizer computes, for extras["optimizer"] (an Optax chain has no name of its own)."""
+
+    def select_device(self, run: Run) -> JaxPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: JaxPolicy, model: Model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model.module, model.params, optimizer, model.loss_of, data,
+                           optimizer_name=self.describe_optimizer())
+
+    def parity_steps(self, run: Run, policy: JaxPolicy, model: Model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model.module, model.params, optimizer, model.loss_of, batch,
+                            optimizer_name=self.describe_optimizer())
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A JAX inference workload: its file gives build_model (a Model of the module and its variables)
+    and load_canonical."""
+
+    def select_device(self, run: Run) -> JaxPolicy:
+        return select_device(run)
+
+    def start_from_initial_weights(self, run: Run, model: Model) -> None:
+        super().start_from_initial_weights(run, model)
+        track(model.params)  # the model_build phase waits for the variables (run.sync)
+
+    def extract(self, run: Run, policy: JaxPolicy, model: Model, images: np.ndarray) -> None:
+        extract_features(run, policy, model.module, model.params, images)
+
+    def parity_features(self, run: Run, policy: JaxPolicy, model: Model, batch: dict) -> dict:
+        return parity_features(run, policy, model.module, model.params, batch)

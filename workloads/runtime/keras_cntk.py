@@ -3,18 +3,19 @@ evaluation and inference loop the keras-cntk workloads share.
 
 The original study's Keras(CNTK) row. Keras 2.2.5 is the multi-backend Keras of that study, not
 Keras 3 (which has no CNTK backend): its own workload files (workloads/*/keras_cntk.py), Python 3.6,
-KERAS_BACKEND=cntk set before `import keras` (workloads/common/naming.py; the image sets it too).
+KERAS_BACKEND=cntk set before `import keras` (images/keras-cntk/metadata.toml's import_env; the image sets it too).
 Keras' CNTK backend takes CNTK's default device once, when it is imported: the best device there is
 (a GPU when one is visible), so the device is checked here rather than chosen. The workload files
 import this module before Keras, so that a host without the OpenMPI libraries CNTK is linked against
 gets an "unsupported here" cell that says how to provide them. A workload hands this module its
-compiled model (the loss and optimizer are compile()'s).
+compiled model (the loss and optimizer are compile()'s). `Training` and `FeatureExtraction` are this
+runtime's side of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 import os
 
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -67,9 +68,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
     if run.requested_device == "cpu" and on_gpu:
         raise Unsupported("Keras' CNTK backend took the GPU when it was imported; set CUDA_VISIBLE_DEVICES= "
                           "to run this cell on the CPU")
-    if run.precision != "fp32":
-        raise Unsupported("{}: Keras 2.2 has no mixed-precision API and CNTK 2.7 predates TF32 and bf16; "
-                          "these rows run fp32 only".format(run.precision))
+    precision_rules.check("keras_cntk", run.precision, "cuda" if on_gpu else "cpu")  # (FAIRNESS.md: true-precision)
     gpu_name = None
     if on_gpu:
         properties = C.device.get_gpu_properties(device)
@@ -192,3 +191,32 @@ def extract_features(run: Run, policy: KerasCNTKPolicy, model, images: np.ndarra
 def parity_features(run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     return {"features": model.predict_on_batch(batch["x"])}
+
+
+# --- the scaffold's Keras 2.2 part (workloads/common/scaffold.py) -------------------------------------
+
+class Training(scaffold.Training):
+    """A Keras 2.2 training workload: its file gives build_model (compiled: the loss and the optimizer
+    are compile()'s, so make_optimizer keeps the scaffold's None) and load_canonical."""
+
+    def select_device(self, run: Run) -> KerasCNTKPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: KerasCNTKPolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, data)
+
+    def parity_steps(self, run: Run, policy: KerasCNTKPolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Keras 2.2 inference workload: its file gives build_model and load_canonical."""
+
+    def select_device(self, run: Run) -> KerasCNTKPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: KerasCNTKPolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: KerasCNTKPolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

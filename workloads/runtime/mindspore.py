@@ -27,8 +27,9 @@ allows it for convolutions by default). The GPU switches have not been run: ther
 variant yet (images/mindspore/metadata.toml says why).
 
 `select_device(run)` returns a `MindSporePolicy` (device, precision); `train_and_evaluate`,
-`parity_steps`, `extract_features` and `parity_features` run a workload's network through the
-shared loops of workloads/common/loop.py.
+`parity_steps`, `extract_features` and `parity_features` run a workload's network through the shared
+loops of workloads/common/loop.py; `Training` and `FeatureExtraction` are MindSpore's side of the
+scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -75,8 +76,7 @@ def _gpu_available() -> bool:
     """Whether this MindSpore loaded its GPU plugin at import (it needs CUDA 11 and nvcc under CUDA_HOME).
 
     The public ms.device_context.gpu.is_available() asks the same question but logs two warnings
-    (and every plugin's load error) on each CPU host, so the context it reads is asked directly.
-    """
+    (and every plugin's load error) on each CPU host, so the context it reads is asked directly."""
     try:
         from mindspore._c_expression import MSContext
     except ImportError:  # a later MindSpore that moved it
@@ -137,8 +137,7 @@ def select_device(run: Run) -> MindSporePolicy:
     if run.requested_device == "cuda" and not gpu:
         raise Unsupported("no CUDA GPU visible to MindSpore on this host (its GPU plugin did not load)")
     device_type = "cuda" if gpu and run.requested_device != "cpu" else "cpu"
-    if run.precision != "fp32":
-        raise Unsupported(f"{run.precision} is not implemented for MindSpore (fp32 only)")
+    precision_rules.check("mindspore", run.precision, device_type)  # fp32 only (FAIRNESS.md: true-precision)
     onednn = set_onednn_isa(run)  # before the first oneDNN primitive (the CPU kernels; a GPU run's host ops too)
     ms.set_device("GPU" if device_type == "cuda" else "CPU")
     # graph mode: each Cell call and the jitted step are compiled to one static graph on first call
@@ -332,8 +331,7 @@ def train_and_evaluate(run: Run, policy: MindSporePolicy, network, optimizer, lo
         note_trace("eval_step")  # while compiling only: once per batch shape (a last partial batch is another)
         return (network(x).argmax(axis=1) == y).astype(ms.int32).sum()
 
-    def count_correct(x: np.ndarray, y: np.ndarray) -> ms.Tensor:
-        # summed on the device; tracked so that run.sync waits for it
+    def count_correct(x: np.ndarray, y: np.ndarray) -> ms.Tensor:  # summed on the device; run.sync waits for it
         return track(correct_in(to_device(x), to_device(y)))
 
     loop.evaluate(run, data, count_correct)
@@ -370,3 +368,32 @@ def parity_features(run: Run, policy: MindSporePolicy, network, batch: dict) -> 
     run.set_parameter_count(parameter_count(network))
     network.set_train(False)
     return {"features": network(to_device(batch["x"])).asnumpy()}
+
+
+# --- the scaffold's MindSpore part (workloads/common/scaffold.py) -------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A MindSpore training workload: its file gives build_model, load_canonical, make_optimizer (an
+    optimizer Cell) and loss_function (a loss Cell); the policy and the loops are this module's."""
+
+    def select_device(self, run: Run) -> MindSporePolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: MindSporePolicy, network, optimizer, data) -> None:
+        train_and_evaluate(run, policy, network, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: MindSporePolicy, network, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, network, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A MindSpore inference workload: its file gives build_model (set_train(False)) and load_canonical."""
+
+    def select_device(self, run: Run) -> MindSporePolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: MindSporePolicy, network, images: np.ndarray) -> None:
+        extract_features(run, policy, network, images)
+
+    def parity_features(self, run: Run, policy: MindSporePolicy, network, batch: dict) -> dict:
+        return parity_features(run, policy, network, batch)

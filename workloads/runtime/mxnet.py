@@ -8,7 +8,9 @@ the work is done, so honest timing needs ``mx.nd.waitall`` (``run.sync``) before
 A Gluon workload hands its hybridized block, its ``gluon.Trainer`` and its per-sample loss; the
 step (record, backward, ``Trainer.step``) is written once here. MXNet 1.9.1 reports no peak device
 memory of its own, so none is recorded. The numpy-only helpers at the end (the RNN operator's
-packed parameter vector) stay importable without MXNet, for the unit tests.
+packed parameter vector) stay importable without MXNet, for the unit tests. `Training` and
+`FeatureExtraction` are the Gluon rows' side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ try:
 except ImportError:  # only the numpy helpers below are usable (tests/test_mxnet_units.py)
     mx = None
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -42,15 +44,7 @@ def select_device(run: Run) -> MXNetPolicy:
     context = mx.gpu(0) if gpus > 0 and run.requested_device != "cpu" else mx.cpu()
     precision = run.precision
     on_gpu = context.device_type == "gpu"
-    if not on_gpu and precision != "fp32":
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
-    if precision == "tf32":
-        raise Unsupported("MXNet 1.9.1 has no TF32 switch of its own: without NVIDIA_TF32_OVERRIDE=0 cuDNN 8 and "
-                          "cuBLAS 11 choose by their own defaults (cuDNN's fp32 convolutions may use TF32 on "
-                          "Ampere and newer), so a tf32 cell could not say what ran")
-    if precision != "fp32":
-        # MXNet 1.9.1 has AMP (mxnet.contrib.amp) for fp16 and no bf16 GPU path; not wired up here.
-        raise Unsupported(f"{precision} is not implemented for MXNet (fp32 only)")
+    precision_rules.check("mxnet", precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     tf32 = tf32_report(on_gpu)  # fp32 means true fp32 (FAIRNESS.md: true-precision), checked before any work
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)
@@ -303,6 +297,36 @@ def extract_features(run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> 
 def parity_features(run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(net.collect_params()))
     return {"features": to_host(_logits(policy, net)(batch["x"]))}
+
+
+# --- the scaffold's Gluon part (workloads/common/scaffold.py) -----------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Gluon training workload: its file gives build_model, load_canonical, make_optimizer (a
+    gluon.Trainer) and loss_function (a per-sample gluon.loss); the device policy and the loops are
+    this module's."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: MXNetPolicy, net, optimizer, data) -> None:
+        train_and_evaluate(run, policy, net, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: MXNetPolicy, net, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, net, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Gluon inference workload: its file gives build_model (hybridized) and load_canonical."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> None:
+        extract_features(run, policy, net, images)
+
+    def parity_features(self, run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
+        return parity_features(run, policy, net, batch)
 
 
 # --- numpy-only helpers (no MXNet needed) ---------------------------------------------------------

@@ -8,15 +8,18 @@ written once here. Like Gluon, MXNet 1.9.1 reports no peak device memory of its 
 A Module's graph is composed in Python once (the symbol) and bound to executors for one input
 shape; a batch of another shape makes the Module re-bind (``reshape``). Each executor the timed
 steps run on is counted in ``samples.traces`` (see ``_BindCounter``): 1 when nothing re-binds.
+`Training` and `FeatureExtraction` are the Module rows' side of the scaffold every workload file
+fills in (workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
+import abc
 from typing import Optional
 
 import mxnet as mx
 import numpy as np
 
-from workloads.common import loop
+from workloads.common import loop, scaffold
 from workloads.common.harness import Run
 from workloads.runtime import mxnet as mxnet_runtime
 
@@ -116,3 +119,38 @@ def extract_features(run: Run, policy: MXNetPolicy, module: mx.mod.Module, image
 def parity_features(run: Run, policy: MXNetPolicy, module: mx.mod.Module, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(module))
     return {"features": to_host(_features(policy, module)(batch["x"]))}
+
+
+# --- the scaffold's Module API part (workloads/common/scaffold.py) ------------------------------------
+
+class Training(scaffold.Training):
+    """A Module training workload: its file gives build_model (a Module bound to the batch shape with
+    its optimizer initialised, so make_optimizer keeps the scaffold's None), load_canonical and
+    logits_symbol."""
+
+    @abc.abstractmethod
+    def logits_symbol(self, run: Run) -> mx.sym.Symbol:
+        """The graph before SoftmaxOutput, without dropout: the parity check's forward passes."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: MXNetPolicy, module: mx.mod.Module, optimizer, data) -> None:
+        train_and_evaluate(run, policy, module, data)
+
+    def parity_steps(self, run: Run, policy: MXNetPolicy, module: mx.mod.Module, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, module, self.logits_symbol(run), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Module inference workload: its file gives build_model (a Module bound for_training=False)
+    and load_canonical."""
+
+    def select_device(self, run: Run) -> MXNetPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: MXNetPolicy, module: mx.mod.Module, images: np.ndarray) -> None:
+        extract_features(run, policy, module, images)
+
+    def parity_features(self, run: Run, policy: MXNetPolicy, module: mx.mod.Module, batch: dict) -> dict:
+        return parity_features(run, policy, module, batch)

@@ -9,7 +9,8 @@ host arrays only after the device has finished, so the harness needs no `run.syn
 The model's weights are the canonical ones, always (`initial_weights`: --init framework is refused).
 `select_device(run)` returns an `OrtPolicy` (device, precision, the execution providers);
 `session(...)` loads the graph as a `Session`, and `extract_features` / `parity_features` run it
-through the shared loop of workloads/common/loop.py.
+through the shared loop of workloads/common/loop.py. `FeatureExtraction` is the whole scaffold of
+ONNX Runtime's one workload (workloads/common/scaffold.py): there is no model to write.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.data.checksum import file_digest
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.result import CANONICAL_INIT
@@ -127,11 +128,7 @@ def select_device(run: Run) -> OrtPolicy:
             raise Unsupported("no CUDA GPU visible on this host (no /proc/driver/nvidia/gpus)")
     use_cuda = run.requested_device != "cpu" and CUDA in available and bool(gpus)
     precision = run.precision
-    if precision in ("fp16", "bf16"):
-        raise Unsupported(f"{precision}: ONNX Runtime runs the graph in the precision it was exported in (fp32); "
-                          f"a reduced-precision graph needs a separate conversion of the model, not done here")
-    if precision == "tf32" and not use_cuda:
-        raise Unsupported("tf32 needs a CUDA GPU; this cell runs on the CPU")
+    precision_rules.check("onnxruntime", precision, "cuda" if use_cuda else "cpu")
     if use_cuda:
         ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels (requirements-cu130.txt)
         options = {"device_id": 0,
@@ -213,3 +210,38 @@ def extract_features(run: Run, policy: OrtPolicy, session: Session, images: np.n
 def parity_features(run: Run, policy: OrtPolicy, session: Session, batch: dict) -> dict:
     run.set_parameter_count(session.model.parameter_count)
     return {"features": session.features(batch["x"])}
+
+
+# --- the scaffold's ONNX Runtime part (workloads/common/scaffold.py) ----------------------------------
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """ONNX Runtime's side of the scaffold, and its workload's too: it defines no model. Building the
+    model is creating a session on the exported graph; the canonical weights are in that graph
+    already, so there is nothing to load; and a benchmark cell checks its start (--init) before
+    anything, and reads the exported model before its data_load phase, so `run` keeps that order."""
+
+    def select_device(self, run: Run) -> OrtPolicy:
+        return select_device(run)  # may raise Unsupported
+
+    def build_model(self, run: Run, policy: OrtPolicy) -> Session:
+        return session(run, policy, exported_model(run))
+
+    def load_canonical(self, model: Session, params: dict) -> None:
+        """Nothing to load: the graph was exported from the same canonical arrays (export.json records
+        their sha256), so the parity check's `params` are in it already."""
+
+    def extract(self, run: Run, policy: OrtPolicy, model: Session, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: OrtPolicy, model: Session, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)
+
+    def run(self, run: Run) -> None:
+        initial_weights(run)  # the canonical weights, in the exported graph; --init framework: unsupported
+        policy = self.select_device(run)
+        model = exported_model(run)
+        with run.phase("data_load"):
+            images = self.load_data(run)
+        with run.phase("model_build"):  # session creation: graph load, optimisation, kernel choice
+            created = session(run, policy, model)
+        self.extract(run, policy, created, images)

@@ -15,6 +15,8 @@ the input batch arrives NCHW and is transposed once per batch, inside the model'
 `select_device(run)` returns a `PaddlePolicy` (device, precision, layout, autocast, loss scaler);
 `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a workload's
 model through the shared loops of workloads/common/loop.py.
+`Training` and `FeatureExtraction` are Paddle's side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -90,14 +92,8 @@ def select_device(run: Run) -> PaddlePolicy:
         raise Unsupported("no CUDA GPU visible to Paddle on this host (CPU build, or no GPU)")
     device_type = "cuda" if gpus and run.requested_device != "cpu" else "cpu"
     precision = run.precision
-    if device_type == "cpu" and precision != "fp32":
-        # paddle.amp.auto_cast(dtype="bfloat16") on the CPU runs every kernel in float32 (checked
-        # with Paddle 3.3.1): recording that as bf16 would be a false figure.
-        raise Unsupported(f"{precision} needs a CUDA GPU with Paddle (its CPU kernels stay float32 under auto_cast)")
-    if device_type == "cuda":
-        major, minor = paddle.device.cuda.get_device_capability(0)
-        if precision in ("tf32", "bf16") and major < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    precision_rules.check("paddle", precision, device_type,
+                          paddle.device.cuda.get_device_capability(0) if device_type == "cuda" else None)
     channels_last = run.option("channels_last") == "on"
     if channels_last and run.cell.workload == "gru":
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
@@ -288,3 +284,33 @@ def parity_features(run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
     model.eval()
     with paddle.no_grad():
         return {"features": to_host(model(to_device(batch["x"])))}
+
+
+# --- the scaffold's Paddle part (workloads/common/scaffold.py) ----------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A Paddle training workload: its file gives build_model, load_canonical, make_optimizer (a
+    paddle.optimizer, use_multi_tensor: one merged op) and loss_function (a loss layer); the device
+    policy and the loops are this module's."""
+
+    def select_device(self, run: Run) -> PaddlePolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: PaddlePolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: PaddlePolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A Paddle inference workload: its file gives build_model (in eval mode) and load_canonical."""
+
+    def select_device(self, run: Run) -> PaddlePolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: PaddlePolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

@@ -4,6 +4,8 @@
 (device, precision, autocast, loss scaler, fused optimizers, memory format); the workloads read
 those choices from it. `train_and_evaluate`, `parity_steps`, `extract_features` and
 `parity_features` run a workload's model through the shared loops of workloads/common/loop.py.
+`Training` and `FeatureExtraction` are PyTorch's side of the scaffold every workload file fills in
+(workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import contextlib
 import numpy as np
 import torch
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -73,12 +75,8 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
         raise Unsupported("no CUDA GPU visible to PyTorch on this host")
     device = torch.device("cuda" if cuda_available and run.requested_device != "cpu" else "cpu")
     precision = run.precision
-    if device.type == "cpu" and precision in ("tf32", "fp16"):
-        raise Unsupported(f"{precision} needs a CUDA GPU; this cell runs on the CPU")
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        if precision in ("tf32", "bf16") and major < 8:
-            raise Unsupported(f"{precision} needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+    precision_rules.check("pytorch", precision, device.type,
+                     torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
     # fp32 means true fp32: TF32 tensor-core math only when asked for (FAIRNESS.md: true-precision).
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -251,3 +249,33 @@ def watch_gru_kernel(run: Run, gru: torch.nn.GRU) -> None:
         run.set_provenance(extras={"gru_kernel": kernel})
 
     handle = gru.register_forward_hook(hook)
+
+
+# --- the scaffold's PyTorch part (workloads/common/scaffold.py) ----------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A PyTorch training workload: its file gives build_model, load_canonical, make_optimizer (a
+    torch.optim optimizer, fused where PyTorch has the kernel: policy.fused_optimizer) and
+    loss_function (a loss module); the device policy and the loops are this module's."""
+
+    def select_device(self, run: Run) -> TorchPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: TorchPolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: TorchPolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A PyTorch inference workload: its file gives build_model (in eval mode) and load_canonical."""
+
+    def select_device(self, run: Run) -> TorchPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: TorchPolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: TorchPolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

@@ -3,9 +3,10 @@
 # R reaches Keras the way R's own keras package does: the Python Keras 3, through reticulate. The
 # layer functions below are that package's idiom (`x |> layer_dense(units = 10)`), written out here
 # because Debian packages reticulate but not keras. The device, precision and provenance switches,
-# the training step and the loops are the Keras-TF row's runtime (workloads/runtime/keras.py): the
+# the training step and the loops are the Keras-TF row's runtime (workloads/runtime/keras/): the
 # R row and keras-tf run the same engine, the same step and the same loops, so what differs between
-# them is R (the report's "R overhead" line).
+# them is R (the report's "R overhead" line). So is the scaffold around them (workloads/common/
+# scaffold.py): an R workload is a class of the runtime's (`r_workload`), whose steps are R functions.
 #
 # reticulate 1.28 (Debian 12) predates numpy 2's C API, so numpy arrays stay numpy objects in R
 # (no copy into R arrays): R rearranges the canonical arrays with numpy's own functions (`np$...`).
@@ -14,20 +15,38 @@ keras <- import("keras")
 np <- import("numpy")
 builtins <- import_builtins()
 runtime <- import("workloads.runtime.keras")
+foreign <- import("workloads.common.foreign")
 
-# --- device, precision and provenance --------------------------------------------------------------
+# --- the scaffold's R part ---------------------------------------------------------------------------
+#
+# A workload class in R: keras-tf's runtime class for the workload's kind (runtime$Training or
+# runtime$FeatureExtraction), with foreign$Bridged mixed in first, which records what R adds to the
+# provenance once the runtime's select_device has run (in Python: an Unsupported it raises then
+# reaches the harness as itself). `steps` are the class's methods, R functions taking `self` first.
 
-select_device <- function(run) {
-  policy <- runtime$select_device(run)  # may raise Unsupported (fp16 on a CPU...) before any work
-  provenance <- run$result$provenance
-  r_version <- paste(R.version$major, R.version$minor, sep = ".")
-  reticulate_version <- as.character(packageVersion("reticulate"))
-  run$set_provenance(
-    framework_version = sprintf("%s from R %s (reticulate %s)", provenance$framework_version, r_version,
-                                reticulate_version),
-    extras = list(language = "R", r_version = r_version, reticulate_version = reticulate_version,
-                  bridge = "reticulate: R calls Python Keras; the loops are the Python harness's"))
-  policy
+r_version <- paste(R.version$major, R.version$minor, sep = ".")
+reticulate_version <- as.character(packageVersion("reticulate"))
+
+r_workload <- function(name, kind, steps) {
+  provenance <- list(
+    provenance_note = sprintf(" from R %s (reticulate %s)", r_version, reticulate_version),
+    provenance_extras = dict(language = "R", r_version = r_version, reticulate_version = reticulate_version,
+                             bridge = "reticulate: R calls Python Keras; the loops are the Python harness's"))
+  PyClass(name, inherit = list(foreign$Bridged, kind), defs = c(provenance, lapply(steps, converting)))
+}
+
+# PyClass gives a method its `self` with R's usual conversion (a Python list read from it becomes an R
+# list) but its other Python objects without it. A step gets them as R code gets the objects it makes
+# itself (the model it built, when loading its weights), converted as PyClass converts `self`.
+converting <- function(step) {
+  force(step)
+  function(self, ...) {
+    arguments <- lapply(list(...), function(argument) {
+      if (inherits(argument, "python.builtin.object")) assign("convert", TRUE, envir = as.environment(argument))
+      argument
+    })
+    do.call(step, c(list(self), arguments))
+  }
 }
 
 # --- layers, in R keras' idiom ------------------------------------------------------------------

@@ -8,7 +8,8 @@ A workload hands this module its tf.Module model, its optimizer (a tf.Module wit
 The framework option ``xla`` (``--option xla=on``; workloads/common/options.py) compiles every
 step with XLA (tf.function(jit_compile=True)). Every compiled function counts its Python traces
 (``run.note_trace``): each traces once, evaluation included (its last partial batch is padded to
-the batch size, so it keeps the one shape).
+the batch size, so it keeps the one shape). `Training` and `FeatureExtraction` are TensorFlow's side
+of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from workloads.common import loop
+from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -48,19 +49,14 @@ def select_device(run: Run) -> TensorFlowPolicy:
         raise Unsupported(f"no CUDA GPU visible to TensorFlow on this host{build}")
     on_gpu = bool(gpus) and run.requested_device != "cpu"
     precision = run.precision
-    if precision in ("fp16", "bf16"):
-        raise Unsupported(f"{precision}: these low-level TensorFlow rows run fp32 and tf32 only (TensorFlow's "
-                          "mixed precision is the Keras policy API; the keras-tf rows measure it)")
-    if precision == "tf32" and not on_gpu:
-        raise Unsupported("tf32 needs a CUDA GPU; this cell runs on the CPU")
+    if not on_gpu:
+        precision_rules.check("tensorflow", precision, "cpu")
     gpu_name = None
     if on_gpu:
         for gpu in gpus:  # before the GPUs are initialised: take memory as needed, so peak use means something
             tf.config.experimental.set_memory_growth(gpu, True)
         details = tf.config.experimental.get_device_details(gpus[0])
-        major, minor = details.get("compute_capability", (0, 0))
-        if precision == "tf32" and major < 8:
-            raise Unsupported(f"tf32 needs compute capability 8.0 or newer; this GPU has {major}.{minor}")
+        precision_rules.check("tensorflow", precision, "cuda", details.get("compute_capability", (0, 0)))
         # nvidia-smi's name (provenance.gpu) when TensorFlow's device details lack one
         gpu_name = details.get("device_name") or run.result.provenance.gpu.get("name") or "unknown CUDA GPU"
     else:
@@ -197,3 +193,33 @@ def extract_features(run: Run, policy: TensorFlowPolicy, model: tf.Module, image
 def parity_features(run: Run, policy: TensorFlowPolicy, model: tf.Module, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     return {"features": make_forward(run, policy, model)(tf.constant(batch["x"])).numpy()}
+
+
+# --- the scaffold's TensorFlow part (workloads/common/scaffold.py) ------------------------------------
+
+class Training(scaffold.TrainingWithLoss):
+    """A TensorFlow training workload: its file gives build_model, load_canonical, make_optimizer (a
+    tf.Module with apply(gradients, variables): TensorFlow's own update op) and loss_function; the
+    device policy and the loops are this module's."""
+
+    def select_device(self, run: Run) -> TensorFlowPolicy:
+        return select_device(run)
+
+    def train(self, run: Run, policy: TensorFlowPolicy, model, optimizer, data) -> None:
+        train_and_evaluate(run, policy, model, optimizer, self.loss_function(), data)
+
+    def parity_steps(self, run: Run, policy: TensorFlowPolicy, model, optimizer, batch: dict) -> dict:
+        return parity_steps(run, policy, model, optimizer, self.loss_function(), batch)
+
+
+class FeatureExtraction(scaffold.FeatureExtraction):
+    """A TensorFlow inference workload: its file gives build_model and load_canonical."""
+
+    def select_device(self, run: Run) -> TensorFlowPolicy:
+        return select_device(run)
+
+    def extract(self, run: Run, policy: TensorFlowPolicy, model, images: np.ndarray) -> None:
+        extract_features(run, policy, model, images)
+
+    def parity_features(self, run: Run, policy: TensorFlowPolicy, model, batch: dict) -> dict:
+        return parity_features(run, policy, model, batch)

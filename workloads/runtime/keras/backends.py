@@ -1,0 +1,197 @@
+"""Keras 3's three backends, and what differs between them: seeing a GPU, using it, synchronising it,
+TF32, XLA, the convolution layout, versions, threads, peak memory.
+
+`python -m workloads` sets KERAS_BACKEND (images/<fw>/metadata.toml) before `import keras`;
+BACKEND is what Keras chose, FACTS that backend's answers. The rest of the package asks FACTS,
+never the backend's own module, so a fourth backend is one class here.
+"""
+from __future__ import annotations
+
+import sys
+
+import keras
+
+BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
+
+
+# --- per-backend facts ----------------------------------------------------------------------------
+
+class _TensorFlow:
+    name = "tensorflow"
+    autotune = "cuDNN autotuning (TensorFlow's default, TF_CUDNN_USE_AUTOTUNE)"
+
+    def __init__(self):
+        import tensorflow
+        self.tf, self.version = tensorflow, tensorflow.__version__
+
+    def gpus(self):
+        return self.tf.config.list_physical_devices("GPU")
+
+    def use(self, device: str) -> None:
+        gpus = self.gpus()
+        try:  # both must come before the first op initialises the GPUs
+            if device == "cpu" and gpus:
+                self.tf.config.set_visible_devices([], "GPU")
+            for gpu in gpus if device == "cuda" else []:
+                self.tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means something
+        except RuntimeError as error:  # already initialised: pin ops to the device instead
+            if device == "cpu":
+                self.tf.device("/CPU:0").__enter__()
+            print(f"note: {error}", file=sys.stderr)
+
+    def capability(self) -> tuple[int, int]:
+        return tuple(self.tf.config.experimental.get_device_details(self.gpus()[0])["compute_capability"])
+
+    def gpu_name(self) -> str:
+        return self.tf.config.experimental.get_device_details(self.gpus()[0]).get("device_name", "GPU")
+
+    def set_tf32(self, enabled: bool) -> None:
+        # TensorFlow turns TF32 on by default on Ampere and newer: fp32 must switch it off.
+        self.tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+    def tf32_reported(self) -> str:
+        enabled = self.tf.config.experimental.tensor_float_32_execution_enabled()
+        return f"{'on' if enabled else 'off'} (tf.config.experimental.tensor_float_32_execution_enabled() = {enabled})"
+
+    def xla(self, option: str) -> tuple[bool, str]:
+        if option == "on":
+            return True, "on: jit_compile=True, every train and predict step one XLA cluster (option xla=on)"
+        return False, "off: jit_compile=False, tf.function graphs without XLA (option xla=off, the default)"
+
+    def cuda_versions(self) -> tuple[str | None, str | None]:
+        info = self.tf.sysconfig.get_build_info()
+        return info.get("cuda_version"), info.get("cudnn_version")
+
+    def sync(self) -> None:
+        self.tf.test.experimental.sync_devices()  # waits for every GPU stream
+
+    def peak_memory_mb(self) -> float:
+        return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+
+    def threads(self) -> str:
+        return str(self.tf.config.threading.get_intra_op_parallelism_threads() or "auto")
+
+    def data_format(self, device: str) -> str:
+        # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
+        return "channels_first" if device == "cuda" else "channels_last"
+
+
+class _Jax:
+    name = "jax"
+    autotune = "XLA's GPU autotuning (its default)"
+
+    def __init__(self):
+        import jax
+        self.jax, self.version = jax, jax.__version__
+
+    def gpus(self):
+        try:
+            return self.jax.devices("gpu")
+        except RuntimeError:  # no GPU plugin or no GPU
+            return []
+
+    def use(self, device: str) -> None:
+        platform = "gpu" if device == "cuda" else "cpu"
+        self.jax.config.update("jax_default_device", self.jax.devices(platform)[0])
+
+    def capability(self) -> tuple[int, int]:
+        major, _, minor = str(self.gpus()[0].compute_capability).partition(".")
+        return int(major), int(minor or 0)
+
+    def gpu_name(self) -> str:
+        return self.gpus()[0].device_kind
+
+    def set_tf32(self, enabled: bool) -> None:
+        # XLA's default fp32 matmul/conv precision on a GPU may use TF32; "highest" is true fp32.
+        self.jax.config.update("jax_default_matmul_precision", "tensorfloat32" if enabled else "highest")
+
+    def tf32_reported(self) -> str:
+        precision = self.jax.config.jax_default_matmul_precision
+        return f"{'on' if precision == 'tensorfloat32' else 'off'} (jax_default_matmul_precision = {precision})"
+
+    def xla(self, option: str) -> tuple[bool, str]:
+        return True, "always: Keras' JAX backend compiles every train and predict step with jax.jit (XLA); no option"
+
+    def cuda_versions(self) -> tuple[str | None, str | None]:
+        try:
+            from jax._src.lib import cuda_versions  # present with the CUDA plugin only
+            return (str(cuda_versions.cuda_runtime_get_version()), str(cuda_versions.cudnn_get_version()))
+        except Exception:  # noqa: BLE001 - provenance only
+            return None, None
+
+    def sync(self) -> None:
+        # JAX has no device-wide synchronise: block on what the last compiled step returned.
+        if last_outputs[0] is not None:
+            self.jax.block_until_ready(last_outputs[0])
+
+    def peak_memory_mb(self) -> float | None:
+        stats = self.gpus()[0].memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
+    def threads(self) -> str:
+        return "auto"
+
+    def data_format(self, device: str) -> str:
+        return "channels_last"  # JAX's convention; XLA chooses the physical GPU layout itself
+
+
+class _Torch:
+    name = "torch"
+    autotune = "torch.backends.cudnn.benchmark = True"
+
+    def __init__(self):
+        import torch
+        self.torch, self.version = torch, torch.__version__
+
+    def gpus(self):
+        return list(range(self.torch.cuda.device_count())) if self.torch.cuda.is_available() else []
+
+    def use(self, device: str) -> None:
+        # Keras' torch backend puts every tensor on its default device ("cuda" when one exists);
+        # a device scope entered for the rest of this one-cell process overrides it.
+        keras.device("cuda:0" if device == "cuda" else "cpu").__enter__()
+        self.torch.backends.cudnn.benchmark = True  # cuDNN autotuning (FAIRNESS.md: autotune)
+
+    def capability(self) -> tuple[int, int]:
+        return self.torch.cuda.get_device_capability(0)
+
+    def gpu_name(self) -> str:
+        return self.torch.cuda.get_device_name(0)
+
+    def set_tf32(self, enabled: bool) -> None:
+        self.torch.backends.cuda.matmul.allow_tf32 = enabled
+        self.torch.backends.cudnn.allow_tf32 = enabled  # PyTorch's default is True for convolutions
+
+    def tf32_reported(self) -> str:
+        backends = self.torch.backends
+        try:
+            return (f"matmul {str(backends.cuda.matmul.allow_tf32).lower()}, cudnn "
+                    f"{str(backends.cudnn.allow_tf32).lower()} (torch.backends.cuda.matmul.allow_tf32, "
+                    f"torch.backends.cudnn.allow_tf32)")
+        except RuntimeError as error:  # e.g. PyTorch refusing a mix of its legacy and new TF32 switches
+            return f"unreadable ({error})"
+
+    def xla(self, option: str) -> tuple[bool, str]:
+        return False, ("n/a: jit_compile=False, eager (with the torch backend jit_compile would mean torch.compile, "
+                       "which the PyTorch row does not use either; Keras' own 'auto' leaves it off)")
+
+    def cuda_versions(self) -> tuple[str | None, str | None]:
+        return self.torch.version.cuda, str(self.torch.backends.cudnn.version())
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def peak_memory_mb(self) -> float:
+        return self.torch.cuda.max_memory_allocated() / 2**20
+
+    def threads(self) -> str:
+        return str(self.torch.get_num_threads())
+
+    def data_format(self, device: str) -> str:
+        # torch convolutions are NCHW; with channels_last Keras transposes around every layer.
+        return "channels_first"
+
+
+FACTS = {"tensorflow": _TensorFlow, "jax": _Jax, "torch": _Torch}[BACKEND]()
+last_outputs: list = [None]  # what the last JAX step returned, for run.sync
+selected_device: list = ["cpu"]  # the device select_device chose ("cpu" or "cuda")

@@ -1,0 +1,136 @@
+"""Keras 3's training step and loops, on the shared loops of workloads/common/loop.py."""
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from workloads.common import loop
+from workloads.common.harness import Run
+from workloads.runtime.keras.backends import BACKEND, last_outputs
+from workloads.runtime.keras.device import (KerasPolicy, compiles_steps, count_traces, parameter_count,
+                                            record_compiled, record_peak_memory)
+
+
+# --- the training step ----------------------------------------------------------------------------
+
+class TrainStep:
+    """`model.train_on_batch(x, y)` without its host fetch: the step's loss stays on the device.
+
+    Keras 3's train_on_batch ends every step with a float() of the loss (`pythonify_logs`), which
+    waits for the device: one host round trip per step, which a GPU pays in idle time. This calls
+    the same compiled `model.train_function` that train_on_batch calls (traced once by Keras, with
+    compile()'s jit_compile), after the same metric reset, so the returned loss is this batch's.
+    On JAX, whose train_function is stateless, the state is carried from step to step and written
+    back to the model's variables by `sync_weights()`, as Keras' own fit() does once per epoch.
+    The first call is train_on_batch itself: it builds the model and the function.
+
+    The optimizer's variables are built here, before the first step: TensorFlow's Keras would create
+    them inside the first trace of the train function, and a tf.function that creates variables
+    while tracing traces a second time. With ``run``, every trace of the step is counted
+    (samples.traces["train_step"]; one per input shape, as the tests check).
+    """
+
+    def __init__(self, model: keras.Model, run: Run | None = None):
+        self.model = model
+        self.state = None  # JAX only: (trainable, non-trainable, optimizer, metrics) variables
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)  # as Keras' own symbolic build would
+        if run is not None and compiles_steps(model):
+            count_traces(run, model, "train_step")
+
+    def __call__(self, x: np.ndarray, y: np.ndarray):
+        model = self.model
+        if model.train_function is None:
+            return np.float32(model.train_on_batch(x, y))
+        if BACKEND == "jax":
+            return self._jax_step(x, y)
+        model.reset_metrics()  # the loss tracker is a running mean: this batch's loss only
+        # A plain list: Keras' TensorFlow train_function then calls its tf.function on the batch
+        # itself (a tf.data iterator would go through a second function); the batch's numpy arrays
+        # are traced as tensors by shape and dtype, so the step is traced once per shape.
+        logs = model.train_function([(x, y, None)])
+        return logs["loss"]
+
+    def _jax_step(self, x, y):
+        import jax
+        import jax.numpy as jnp
+
+        model = self.model
+        if self.state is None:
+            self.state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
+                                              optimizer_variables=True, metrics_variables=True,
+                                              purge_model_variables=True)
+        trainable, non_trainable, optimizer, metrics = self.state
+        metrics = [jnp.zeros_like(value) for value in metrics]  # = reset_metrics()
+        model._jax_state_synced = False
+        data = jax.tree_util.tree_map(jax.device_put, (x, y))
+        logs, self.state = model.train_function((trainable, non_trainable, optimizer, metrics),
+                                                iter([(*data, None)]))
+        last_outputs[0] = self.state
+        return logs["loss"]
+
+    def sync_weights(self) -> None:
+        """Write the JAX state back to the model's variables (a no-op on the other backends)."""
+        if BACKEND != "jax" or self.state is None:
+            return
+        trainable, non_trainable, optimizer, metrics = self.state
+        self.model._jax_state = {"trainable_variables": trainable, "non_trainable_variables": non_trainable,
+                                 "optimizer_variables": optimizer, "metrics_variables": metrics}
+        self.model._jax_state_synced = False
+        self.model.jax_state_sync()
+        self.state = None
+        last_outputs[0] = None
+
+
+# --- the loops ------------------------------------------------------------------------------------
+
+def count_correct(model: keras.Model, inputs: np.ndarray, labels: np.ndarray) -> int:
+    """predict_on_batch: inference mode, dropout off (FAIRNESS.md: eval-mode); it returns numpy."""
+    return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
+
+
+def train_and_evaluate(run: Run, policy: KerasPolicy, model: keras.Model, data) -> None:
+    """Train a compiled model with `loop.train` (TrainStep: train_on_batch without a host sync per
+    step), then evaluate it on the test set."""
+    with run.phase("model_build"):
+        train_step = TrainStep(model, run)
+    run.set_parameter_count(parameter_count(model))
+    record_compiled(run, policy, model)
+    # JAX: each epoch's state is written back into the model's variables after its clock stops
+    loop.train(run, data, train_step, end_epoch=train_step.sync_weights)
+    loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
+    record_peak_memory(run, policy)
+
+
+def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
+    """The logits on the canonical weights, and after `canonical.PARITY_STEPS` of the benchmark's own
+    step (train_on_batch first, then the fast path)."""
+    run.set_parameter_count(parameter_count(model))
+    train_step = TrainStep(model, run)
+
+    def forward(inputs):
+        train_step.sync_weights()  # JAX: the steps' state back into the model (none yet: a no-op)
+        return model.predict_on_batch(inputs)
+
+    return loop.parity_outputs(forward, train_step, batch)
+
+
+def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: np.ndarray) -> None:
+    """ResNet-50's timed inference. predict_on_batch: inference mode (batch norm on its moving
+    statistics), no gradients (FAIRNESS.md: eval-mode), compiled (XLA on JAX, and on TensorFlow with
+    option xla=on; a tf.function on TensorFlow otherwise; eager under torch.no_grad on PyTorch); it
+    converts the features to numpy itself (backend.convert_to_numpy), so each batch ends on the host;
+    ``to_host`` states it (keras.ops.convert_to_numpy, a no-op on numpy)."""
+    run.set_parameter_count(parameter_count(model))
+    model.jit_compile = policy.jit_compile  # the model is not compiled: set what compile() would
+    if compiles_steps(model):
+        count_traces(run, model, "predict_step")
+    record_compiled(run, policy, model)
+    loop.infer(run, images, model.predict_on_batch, to_host=keras.ops.convert_to_numpy)
+    record_peak_memory(run, policy)
+
+
+def parity_features(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
+    run.set_parameter_count(parameter_count(model))
+    model.jit_compile = policy.jit_compile
+    return {"features": keras.ops.convert_to_numpy(model.predict_on_batch(batch["x"]))}
