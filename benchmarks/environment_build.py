@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -77,6 +78,7 @@ def main() -> int:
                 times[installer] = seconds
                 if outcome != installer:
                     notes.append(f"{installer}: {outcome}")
+                shutil.rmtree(folder / f"{name}-{installer}", ignore_errors=True)  # disk: one environment at a time
             for installer, seconds in times.items():
                 totals[installer] += seconds
             ratio = times["pip"] / times["uv"] if times["uv"] > 0 else float("nan")
