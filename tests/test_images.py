@@ -398,7 +398,7 @@ def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, doc
     assert sorted((r.cell.workload, r.status) for r in results) == [(w, "ok") for w in sorted(framework.workloads)], \
         {r.cell.key: (r.reason, (r.stderr_tail or "")[-600:]) for r in results}
     assert all(r.provenance.image_id == image.id and r.provenance.user_id == 10001 for r in results)
-    for result in results:  # what issue 10 asks both backends to carry into the container, and back
+    for result in results:  # the speed variables (FAIRNESS.md, provenance a reviewer needs) both backends to carry into the container, and back
         assert result.provenance.environment.get("OMP_NUM_THREADS") == "2", result.provenance.environment
         assert result.provenance.extras["init"] == "canonical"
         packages = tmp_path / "run" / "packages" / (result.provenance.packages_sha256.split(":")[1] + ".txt")

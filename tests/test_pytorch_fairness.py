@@ -1,4 +1,4 @@
-"""The PyTorch row's fairness rules (issue 10), checked on the real PyTorch in its cached CPU environment.
+"""The PyTorch row's fairness rules (docs/FAIRNESS.md), checked on the real PyTorch in its cached CPU environment.
 
 tests/fairness_probes.py runs there (one process for this module) and reports what the workloads
 did; these tests check it. They skip where the pytorch/cpu environment has not been built. No

@@ -1,4 +1,4 @@
-"""The report of a run on a cluster (issue 12): each row's details say which node ran it (the node's
+"""The report of a run on a cluster (docs/RAY.md; RUN-GUARANTEES.md, what a Ray node can do): each row's details say which node ran it (the node's
 hostname, address and shortened id, from provenance.cluster), the accelerator type and the tries;
 the device column keeps the GPU model; the run's metadata lists the nodes. A run on one host shows
 none of it.

@@ -1,4 +1,4 @@
-"""The report's fairness rules (issue 10): the steady-state headline, like-for-like groups, the
+"""The report's fairness rules (docs/FAIRNESS.md): the steady-state headline, like-for-like groups, the
 validity gate and checks, the row names, the details a reviewer needs, the first screen.
 
 Every test fabricates cell JSON files with workloads.common.result.Result in a tmp folder and reads

@@ -1,4 +1,4 @@
-"""The report's views (issue 13): the framework x workload grid first, the sweep view of a
+"""The report's views (docs/MEASURED.md, reading the report): the framework x workload grid first, the sweep view of a
 framework's variants and precisions, the not-run cells listed by reason, the per-row step plots,
 and code.html (each workload's implementations side by side, sections aligned).
 
