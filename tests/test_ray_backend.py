@@ -495,7 +495,7 @@ def test_stopping_the_driver_leaves_no_container_on_any_node(cluster, sleeping_i
     assert driver.returncode == 130, output
     assert "interrupted: 0 finished cell(s) kept" in output and "Traceback" not in output
     # none running now; a busy engine may take a moment to finish removing them
-    assert client.containers.list(filters={"ancestor": tag, "status": "running"}) == []
+    assert client.containers.list(filters={"ancestor": tag, "status": "running"}) == [], output
     assert gone(client, tag)
     assert not list((tmp_path / "run" / "cells").glob("*.json"))
 

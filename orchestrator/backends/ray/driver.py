@@ -32,6 +32,7 @@ from rich.markup import escape
 
 from orchestrator import telemetry
 from orchestrator.backends import Backend, CellJob, Dispatch, inherited_speed_variables
+from orchestrator.backends.container_lifetime import SESSION_LABEL
 from orchestrator.backends.ray import answer as node_answer, node as node_side
 from orchestrator.backends.ray.nodes import ACCELERATOR_LABEL, Node, alive_nodes, node_table
 from orchestrator.errors import ClusterLost, UserError, first_line
@@ -363,7 +364,7 @@ class RayDispatch(Dispatch):
                 self.backend.log(f"removed {removed} container(s) of this run from the nodes")
         except Exception as error:
             self.backend.log(f"[yellow]could not clean up on every node ({escape(first_line(error))}); remove "
-                             f"containers labelled io.rosetta-bench.session={self.backend.session} by hand[/yellow]")
+                             f"containers labelled {SESSION_LABEL}={self.backend.session} by hand[/yellow]")
         self.running.clear()
 
     def close(self) -> None:

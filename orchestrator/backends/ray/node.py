@@ -130,11 +130,12 @@ def clean_node(session: str, node_backend: str) -> int:
     """After a cancelled run: remove this run's containers and scratch on this node; how many containers."""
     removed = 0
     if node_backend == "docker":
+        from orchestrator.backends import container_lifetime
         from orchestrator.backends import docker as docker_backend
 
         import docker
 
-        label = f"{docker_backend.SESSION_LABEL}={session}"
+        label = f"{container_lifetime.SESSION_LABEL}={session}"
         try:
             client = docker_backend.connect()
         except UserError:
@@ -142,7 +143,7 @@ def clean_node(session: str, node_backend: str) -> int:
         deadline = time.monotonic() + CLEANUP_TIMEOUT_S / 2
         while client is not None:
             try:
-                removed += docker_backend.remove_leftover_containers(client, session=session)
+                removed += container_lifetime.remove_leftover_containers(client, session=session)
             except docker.errors.APIError:
                 pass  # a removal the cancelled task started is still under way (409): wait for it
             if not client.containers.list(all=True, filters={"label": label}) or time.monotonic() > deadline:
