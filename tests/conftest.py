@@ -101,6 +101,30 @@ def ctrl_c_interrupts():
     signal.signal(signal.SIGINT, previous)
 
 
+# --- a command run in the test's own folder ------------------------------------------------------
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """The test's folder as the working folder, the project's cache and data folders inside it:
+    nothing a command does reaches the home folder (hermetic tests)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROSETTA_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+# --- a stand-in for a framework's Python ---------------------------------------------------------
+
+@pytest.fixture
+def fake_interpreter(tmp_path):
+    """`fake_interpreter(body)`: the path of an executable in the test's folder that takes a cell
+    document as a framework's Python does and runs `body` (tests/support/records.py says what
+    `body` sees)."""
+    from support.records import write_fake_interpreter
+
+    return lambda body: write_fake_interpreter(tmp_path, body)
+
+
 # --- no silent skips in CI (tests/ci-skips.toml) ----------------------------------------------------
 
 SKIP_LIST = Path(__file__).resolve().parent / "ci-skips.toml"

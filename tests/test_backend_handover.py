@@ -9,9 +9,6 @@ would and writing the result there. tests/test_docker_backend.py runs the same a
 from __future__ import annotations
 
 import json
-import stat
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,7 +19,7 @@ from orchestrator.backends.local import _PASSED_THROUGH, LocalBackend
 from orchestrator.images import REVISION_LABEL, SOURCES_LABEL
 from workloads.common.cell import CellRequest
 from workloads.common.result import Cell, Result
-from records import measured, ok_result_source
+from support.records import measured
 
 REGISTRY = frameworks.discover()
 CELL = Cell("tensorflow", "cnn", profile="smoke", data="synthetic", init="framework", options={"xla": "on"})
@@ -47,26 +44,20 @@ def make_job(tmp_path: Path, cell: Cell = CELL, device: str = "cpu") -> CellJob:
 
 # --- the local backend --------------------------------------------------------------------------
 
-def reporting_interpreter(tmp_path: Path) -> str:
-    """Stands in for a framework's Python: records the cell it was handed and the speed variables it saw."""
-    script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
-        import json, os, sys
-        from workloads.common.cell import CellRequest
-        from workloads.common.result import Metrics, Provenance, Result
-        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
-        result = OK_RESULT
-        result.provenance.extras = {"seen_options": json.dumps(request.cell.options), "seen_init": request.cell.init,
-                                    "environment": json.dumps({k: v for k, v in os.environ.items()
-                                                               if k.endswith(("_THREADS", "AFFINITY", "FLAGS"))})}
-        result.write(request.out)
-    """).replace("OK_RESULT", ok_result_source("request.cell")))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script)
+# a stand-in framework Python (tests/support/records.py) that records the cell it was handed and
+# the speed variables it saw
+REPORTS_WHAT_IT_WAS_HANDED = """
+    import json
+    result = ok(cell)
+    result.provenance.extras = {"seen_options": json.dumps(cell.options), "seen_init": cell.init,
+                                "environment": json.dumps({k: v for k, v in os.environ.items()
+                                                           if k.endswith(("_THREADS", "AFFINITY", "FLAGS"))})}
+    result.write(out)
+"""
 
 
-def test_the_local_backend_hands_over_init_options_and_the_speed_variables(tmp_path, speed_environment):
-    backend = LocalBackend(REGISTRY, python=reporting_interpreter(tmp_path))
+def test_the_local_backend_hands_over_init_options_and_the_speed_variables(tmp_path, speed_environment, fake_interpreter):
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(REPORTS_WHAT_IT_WAS_HANDED))
     result = backend.run_cell(make_job(tmp_path))
     assert result.status == "ok", result.stderr_tail
     assert result.cell == CELL

@@ -18,19 +18,11 @@ import pytest
 from orchestrator.__main__ import main
 from workloads.common.result import Cell, Metrics, Result
 from conftest import error_line
-from records import measured
+from support.records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_CELL = ["--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke",
             "--data", "synthetic", "--backend", "local", "--python", "/bin/false"]
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ROSETTA_DATA_DIR", str(tmp_path / "data"))
-    return tmp_path
 
 
 def refused(argv, capsys) -> str:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio
+from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio
 from workloads.common import canonical, declaration, hyperparams
 
 

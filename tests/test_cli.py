@@ -10,16 +10,8 @@ import pytest
 from conftest import default_signal_dispositions
 from orchestrator.__main__ import main
 from workloads.common.result import Cell, Result
-from records import OK_RESULT_IMPORTS, ok_result_source
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path
 
 
 def error_line(capsys) -> str:
@@ -79,14 +71,10 @@ def test_report_of_an_empty_run(in_tmp, capsys):
     assert "no results in" in error_line(capsys)
 
 
-def test_missing_dataset_fails_its_cells_with_the_fix_and_the_rest_run(in_tmp, capsys, monkeypatch):
+def test_missing_dataset_fails_its_cells_with_the_fix_and_the_rest_run(in_tmp, capsys, monkeypatch, fake_interpreter):
     """Offline without the file: one line names the file, the folder and --data synthetic."""
     monkeypatch.setenv("ROSETTA_OFFLINE", "1")
-    fake = in_tmp / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
-                    + OK_RESULT_IMPORTS
-                    + f"request = CellRequest.read(sys.argv[-1])\n{ok_result_source('request.cell')}.write(request.out)\n")
-    fake.chmod(0o755)
+    fake = fake_interpreter("ok(cell).write(out)")
     code = main(["run-matrix", "--backend", "local", "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,resnet50",
                  "--python", str(fake), "--data", "real", "--data-dir", str(in_tmp / "data"),
                  "--results-dir", "run", "--no-report"])
@@ -205,25 +193,19 @@ def test_auto_backend_says_which_engine_answered(monkeypatch):
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_name):
+def test_ctrl_c_keeps_finished_cells_and_stops_the_running_one(tmp_path, signal_name, fake_interpreter):
     """SIGINT (Ctrl-C), SIGTERM (kill, a CI timeout) or SIGHUP (a closed terminal or SSH session)
     while a cell hangs: exit 130, the finished cell stays on disk, the cell's process is gone and
     so is its work folder."""
     import signal
     import time
 
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\n" + (
-        "import os, sys, time\nfrom workloads.common.cell import CellRequest\n"
-        "from workloads.common.result import Result\n"
-        "request = CellRequest.read(sys.argv[-1])\n"
-        # the cells run in a shuffled order: whichever runs second hangs
+    fake = fake_interpreter(  # the cells run in a shuffled order: whichever runs second hangs
         f"if os.path.exists({str(tmp_path / 'one-done')!r}):\n"
         f"    open({str(tmp_path / 'hanging.pid')!r}, 'w').write(str(os.getpid()))\n"
         "    time.sleep(120)\n"
         f"open({str(tmp_path / 'one-done')!r}, 'w').close()\n"
-        + OK_RESULT_IMPORTS + f"{ok_result_source('request.cell')}.write(request.out)\n"))
-    fake.chmod(0o755)
+        "ok(cell).write(out)\n")
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
                "--variants", "cpu", "--workloads", "cnn,gru", "--python", str(fake), "--data", "synthetic", "--profile", "smoke",
                "--results-dir", str(tmp_path / "run")]

@@ -14,7 +14,7 @@ from orchestrator.__main__ import build_parser, main
 from orchestrator.backends import registry
 from orchestrator.errors import UserError
 from workloads.common.result import Result
-from records import measured
+from support.records import measured
 
 VERBS = ["run-matrix", "build", "push", "publish", "pull", "compose", "parity", "check-pins", "report", "compare",
          "export", "list", "doctor"]

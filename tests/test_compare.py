@@ -20,7 +20,7 @@ from orchestrator.__main__ import main
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
 from conftest import error_line
-from records import cell_file, measured
+from support.records import cell_file, measured
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_REASON = "<script>alert(1)</script> | exploded"

@@ -111,7 +111,7 @@ def test_resume_skips_finished_cells(smoke_run):
 def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
     """`orchestrator parity` for PyTorch, whose outputs every framework is compared with, checked
     against plain-numpy forward passes of the canonical models."""
-    from numpy_reference import cnn_logits, gru_logits
+    from support.numpy_reference import cnn_logits, gru_logits
 
     from workloads.common import canonical
 

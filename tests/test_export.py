@@ -13,7 +13,7 @@ from orchestrator.results import cell_path
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result
 from conftest import error_line
-from records import measured
+from support.records import measured
 
 # Text a CSV writer must quote: a comma, a quote, a line break, and HTML for good measure.
 AWKWARD_REASON = 'CUDA OOM, "twice"\nthen <script>alert(1)</script>'

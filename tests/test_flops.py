@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from framework_cells import framework_python, run_snippet
+from support.framework_cells import framework_python, run_snippet
 from orchestrator import peaks
 from orchestrator.errors import UserError
 from workloads.common import declaration, flops

@@ -2,7 +2,7 @@
 end, whatever it holds: accepted, or refused in one printable line (CellDocumentError; exit 2 from
 the command), never a traceback, a wait on a FIFO or a megabyte of message (docs/RUN-GUARANTEES.md,
 bad input). As tests/test_hostile_inputs.py does for the host's documents: hypothesis breaks a
-VALID document (tests/hostile.py), fixed hostile files, and the real command in a subprocess.
+VALID document (tests/support/hostile.py), fixed hostile files, and the real command in a subprocess.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-import hostile
-from hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
+from support import hostile
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
 
 
 @pytest.fixture(scope="module")

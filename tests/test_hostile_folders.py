@@ -4,7 +4,7 @@ warning, or refused in one line (exit 2; a dataset's problem fails its cells in 
 traceback, a wait on a FIFO, a file read through a link or a file read whole however large
 (docs/RUN-GUARANTEES.md, bad input).
 
-Property-based (tests/hostile.py's settings): hypothesis plants files, links, folders, FIFOs and
+Property-based (tests/support/hostile.py's settings): hypothesis plants files, links, folders, FIFOs and
 oversized files under names valid and hostile, then runs the real functions the host calls; a few
 cases go through `python -m orchestrator` in a subprocess.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, finish, run_cli
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, finish, run_cli
 from orchestrator import frameworks, images
 from orchestrator.errors import UserError
 
@@ -301,13 +301,11 @@ def test_an_unreadable_archive_is_one_line(prepared, tmp_path, monkeypatch, name
     assert_one_line(str(refused.value))
 
 
-def test_hostile_data_folders_through_the_command_line(tmp_path):
+def test_hostile_data_folders_through_the_command_line(tmp_path, fake_interpreter):
     """run-matrix --data real --data-dir X, offline: a data folder that is no folder is refused
     before anything runs (exit 2); a dataset that cannot be had fails its cells in one line (exit 1);
     never a traceback or a wait on a FIFO."""
-    python = tmp_path / "fake-python"
-    python.write_text("#!/bin/sh\nexit 1\n")
-    python.chmod(0o755)
+    python = fake_interpreter("sys.exit(1)")  # every cell fails at once
     (tmp_path / "a file").write_text("not a folder")
     fifo_stamp = tmp_path / "fifo stamp"
     fifo_stamp.mkdir()

@@ -2,7 +2,7 @@
 or refused in one line naming the fix (a UserError: exit 2), never a traceback, a hang or a
 megabyte of error message (docs/RUN-GUARANTEES.md, the trust model).
 
-Property-based: each reader gets VALID files of its kind broken by tests/hostile.py (bytes flipped,
+Property-based: each reader gets VALID files of its kind broken by tests/support/hostile.py (bytes flipped,
 cut short, spliced; values swapped for other types, nested thousands deep, huge, NaN), as many
 cases as ROSETTA_HOSTILE_EXAMPLES says (300 by default). A few fixed hostile cases per kind go
 through the real command line in a subprocess: exit 2 and no traceback.
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-import hostile
-from hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
+from support import hostile
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
 from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, matrix
 from orchestrator.errors import UserError
@@ -218,14 +218,6 @@ def test_a_run_record_that_is_no_file_or_no_json_is_refused(tmp_path, plant, exp
     assert_one_line(str(refused.value))
 
 
-def _fake_interpreter(folder: Path) -> str:
-    """Stands in for a framework's Python: every cell it is given fails at once."""
-    script = folder / "fake-python"
-    script.write_text("#!/bin/sh\nexit 1\n")
-    script.chmod(0o755)
-    return str(script)
-
-
 RUN_CASES = {
     "a list": b"[]",
     "invocations a string": b'{"invocations": "abc"}',
@@ -237,8 +229,8 @@ RUN_CASES = {
 
 
 @pytest.mark.parametrize("how", ["--resume", "--force"])
-def test_hostile_run_records_through_the_command_line(tmp_path, how):
-    python = _fake_interpreter(tmp_path)
+def test_hostile_run_records_through_the_command_line(tmp_path, how, fake_interpreter):
+    python = fake_interpreter("sys.exit(1)")  # every cell fails at once
     cases = {}
     for name, data in RUN_CASES.items():
         folder = tmp_path / f"run{len(cases)}"

@@ -2,7 +2,7 @@
 one line, exit 2 (docs/RUN-GUARANTEES.md, bad input).
 
 Property-based: each option gets hypothesis's text and numbers bent as a user or a script may bend
-them (tests/hostile.py: Unicode digits, which `str.isdigit()` and `int()` take; signs, spaces,
+them (tests/support/hostile.py: Unicode digits, which `str.isdigit()` and `int()` take; signs, spaces,
 exponents, `nan`, `1_000`, a thousand digits), through the real parser and the conversion the
 command does (its work stubbed: no cell runs), and the outcome is checked against this file's own
 reading of the option's rule: a number is ASCII digits (with a decimal point and exponent where the
@@ -19,8 +19,8 @@ from typing import Callable
 import pytest
 from hypothesis import given, strategies as st
 
-import hostile
-from hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, finish, run_cli
+from support import hostile
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, finish, run_cli
 from orchestrator.errors import UserError
 
 # --- this file's reading of each option's rule ----------------------------------------------------------

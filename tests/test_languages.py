@@ -30,7 +30,7 @@ from workloads.__main__ import main
 from workloads.common import foreign, hyperparams
 from workloads.common.harness import Unsupported
 from workloads.common.result import EXIT_UNSUPPORTED, Cell, Metrics, Provenance, Result
-from records import measured
+from support.records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
@@ -264,7 +264,7 @@ def real_julia() -> list[str]:
 
 
 def test_the_julia_cell_contract_holds_under_a_real_julia(tmp_path):
-    """workloads/cell.jl run for real on a stand-in workload (tests/julia_stub_workload.jl): the results
+    """workloads/cell.jl run for real on a stand-in workload (tests/support/julia_stub_workload.jl): the results
     pass the result schema and the exit codes are the contract's. Knet itself is not involved."""
     import jsonschema
     from workloads.common.cell import CELL_DOCUMENT_VERSION
@@ -272,7 +272,7 @@ def test_the_julia_cell_contract_holds_under_a_real_julia(tmp_path):
     julia = real_julia()
     (tmp_path / "resnet50").mkdir()
     shutil.copy(ROOT / "workloads/cell.jl", tmp_path / "cell.jl")
-    shutil.copy(ROOT / "tests/julia_stub_workload.jl", tmp_path / "resnet50/stand_in.jl")
+    shutil.copy(ROOT / "tests/support/julia_stub_workload.jl", tmp_path / "resnet50/stand_in.jl")
     schema = json.loads((ROOT / "schema/result.schema.json").read_text())
     cell = {"framework": "stand-in", "workload": "resnet50", "variant": "cpu", "precision": "fp32",
             "profile": "smoke", "data": "synthetic", "repeat": 0, "init": "canonical", "options": {}}

@@ -10,7 +10,6 @@ from orchestrator.backends import CellJob
 from orchestrator.backends.local import LocalBackend
 from orchestrator.runner import run_cells
 from workloads.common.result import Cell, Result
-from records import fake_interpreter
 
 REGISTRY = frameworks.discover()
 
@@ -21,38 +20,44 @@ def job(tmp_path, timeout=None):
                    data_dir=tmp_path / "data", timeout=timeout)
 
 
-def test_a_hanging_cell_is_killed_and_recorded(tmp_path):
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "time.sleep(60)"))
+def pid_then(pid_file: Path, body: str) -> str:
+    """A stand-in cell's body that records its process id in `pid_file`, then does `body`."""
+    return f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n{body}\n"
+
+
+def test_a_hanging_cell_is_killed_and_recorded(tmp_path, fake_interpreter):
+    pid_file = tmp_path / "work" / "pid"
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(pid_then(pid_file, "time.sleep(60)")))
     start = time.monotonic()
     result = backend.run_cell(job(tmp_path, timeout=1.5))
     assert time.monotonic() - start < 30
     assert result.status == "timeout" and "timed out after 1.5 s" in result.reason
-    pid = int((tmp_path / "work" / "pid").read_text())
+    pid = int(pid_file.read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
-def test_a_crash_keeps_the_stderr_tail(tmp_path):
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "print('boom: out of memory', file=sys.stderr); sys.exit(7)"))
+def test_a_crash_keeps_the_stderr_tail(tmp_path, fake_interpreter):
+    backend = LocalBackend(REGISTRY, python=fake_interpreter("print('boom: out of memory', file=sys.stderr); sys.exit(7)"))
     result = backend.run_cell(job(tmp_path))
     assert result.status == "failed" and result.reason == "exit code 7; no result written"
     assert "boom: out of memory" in result.stderr_tail
     assert not (tmp_path / "work" / "pytorch__cpu__cnn__fp32__smoke__synthetic__r0").exists()
 
 
-def test_unsupported_exit_code_and_isolated_home(tmp_path):
+def test_unsupported_exit_code_and_isolated_home(tmp_path, fake_interpreter):
     body = """
         from workloads.common.result import Cell, Result
         assert os.environ["HOME"].endswith("/home") and "PYTHONPATH" in os.environ
         Result(request.cell, status="unsupported", reason="fp16 needs a CUDA GPU").write(out)
         sys.exit(3)
     """
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(body))
     result = backend.run_cell(job(tmp_path))
     assert (result.status, result.reason) == ("unsupported", "fp16 needs a CUDA GPU")
 
 
-def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_path):
+def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_path, fake_interpreter):
     body = """
         from workloads.common.result import Cell, Result
         workload = request.cell.workload
@@ -60,7 +65,7 @@ def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_p
             sys.exit("gru exploded")
         ok(Cell("pytorch", workload, profile="smoke", data="synthetic")).write(out)
     """
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(body))
     cells = [Cell("pytorch", w, profile="smoke", data="synthetic") for w in ("cnn", "gru", "resnet50")]
     summary = run_cells(cells, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run",
                                                               data_dir=tmp_path / "data"))
@@ -72,9 +77,9 @@ def test_one_failing_cell_never_stops_the_matrix_and_resume_skips_ok_cells(tmp_p
     assert again.skipped == 2 and [r.cell.workload for r in again.results] == ["gru"]
 
 
-def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypatch):
+def test_cuda_variant_without_gpu_is_unsupported_not_a_crash(tmp_path, monkeypatch, fake_interpreter):
     monkeypatch.setattr("orchestrator.host.gpus", lambda: [])  # read by the backend
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter("sys.exit('must not run')"))
     cell = Cell("pytorch", "cnn", variant="cu130", profile="smoke", data="synthetic")
     run_cells([cell], backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data"))
     result = Result.read(tmp_path / "run" / "cells" / f"{cell.key}.json")
@@ -93,7 +98,7 @@ def test_environment_build_failure_is_one_failed_cell(tmp_path, monkeypatch):
     assert not (Path(result.reason.split("see ")[1]).parent / ".rosetta-ready").exists()
 
 
-def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts(tmp_path, monkeypatch):
+def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts(tmp_path, monkeypatch, fake_interpreter):
     """E.g. MXNet's CUDA 11.2 build on a Hopper GPU: a clear cell, never a crash or a hang."""
     from orchestrator import host
 
@@ -101,7 +106,7 @@ def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts
     monkeypatch.setattr(host, "gpu_compute_capabilities", lambda: [("NVIDIA H200", "9.0")])
     old = frameworks.Variant("cu112", "cuda", tmp_path / "r.txt", cuda="11.2", max_compute_capability="8.6")
     new = frameworks.Variant("cu130", "cuda", tmp_path / "r.txt", cuda="13.0")
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "sys.exit('must not run')"))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter("sys.exit('must not run')"))
     cell = Cell("pytorch", "cnn")
     reason = backend.unsupported_reason(cell, old)
     assert reason == ("unsupported on this GPU: NVIDIA H200 has compute capability 9.0; CUDA 11.2 targets up "
@@ -110,7 +115,7 @@ def test_a_cuda_build_that_cannot_target_the_gpu_is_unsupported_before_it_starts
     assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt")) is None
 
 
-def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path, monkeypatch):
+def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path, monkeypatch, fake_interpreter):
     """CNTK's Python 3.6, an old CUDA base's 3.8: without that Python on the host the cell says so
     (and names the ways to run it) before it starts."""
     from orchestrator.backends import local
@@ -124,7 +129,7 @@ def test_a_variant_for_another_python_is_defined_not_run_here(tmp_path, monkeypa
     assert reason == (f"defined, not run on this host: the cpu variant needs Python 3.6 (this host runs {here} and "
                       "has no python3.6); run it in its image (--backend docker), install that Python, or pass --python")
     assert backend.unsupported_reason(cell, frameworks.Variant("cpu", "cpu", tmp_path / "r.txt", python=here)) is None
-    given = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "pass"))
+    given = LocalBackend(REGISTRY, python=fake_interpreter("pass"))
     assert given.unsupported_reason(cell, old) is None  # --python: the user vouches for the interpreter
     assert all(v.python == "3.11" for v in REGISTRY["pytorch"].variants.values())  # inherited from the framework
 
@@ -199,7 +204,7 @@ def kill_if_running(pid_file: Path) -> None:
         pass
 
 
-def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
+def test_a_finished_cells_children_do_not_outlive_it(tmp_path, fake_interpreter):
     """A child the workload started and left behind (a data loader's worker, a daemon) is killed
     with the cell's process group when the cell ends, ok or not, so it cannot skew the next cell."""
     child_pid = tmp_path / "child.pid"
@@ -210,7 +215,7 @@ def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
         open({str(child_pid)!r}, "w").write(str(child.pid))
         ok(Cell("pytorch", "cnn", profile="smoke", data="synthetic")).write(out)
     """
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(body))
     try:
         result = backend.run_cell(job(tmp_path))
         assert result.status == "ok", result.stderr_tail
@@ -219,7 +224,7 @@ def test_a_finished_cells_children_do_not_outlive_it(tmp_path):
         kill_if_running(child_pid)
 
 
-def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path, ctrl_c_interrupts):
+def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path, ctrl_c_interrupts, fake_interpreter):
     """Ctrl-C (SIGTERM and SIGHUP become the same KeyboardInterrupt) while a cell runs: its process
     group is killed and its work folder removed before the interrupt goes on to the runner."""
     import os
@@ -237,7 +242,7 @@ def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path, ctrl
         time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGINT)
 
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "time.sleep(60)"))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(pid_then(pid_file, "time.sleep(60)")))
     the_job = job(tmp_path)
     threading.Thread(target=interrupt_once_running, daemon=True).start()
     try:
@@ -249,7 +254,7 @@ def test_an_interrupted_cell_leaves_no_process_and_no_work_folder(tmp_path, ctrl
         kill_if_running(pid_file)
 
 
-def test_a_cell_dies_with_the_orchestrator_even_when_it_is_killed_outright(tmp_path):
+def test_a_cell_dies_with_the_orchestrator_even_when_it_is_killed_outright(tmp_path, fake_interpreter):
     """SIGKILL cannot be caught, so the orchestrator cannot kill its cell then: the kernel does
     (the cell's parent-death signal), instead of leaving it running with no timeout enforced."""
     import os
@@ -257,10 +262,7 @@ def test_a_cell_dies_with_the_orchestrator_even_when_it_is_killed_outright(tmp_p
     import subprocess
 
     pid_file = tmp_path / "hanging.pid"
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport os, time\n"
-                    f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
-    fake.chmod(0o755)
+    fake = fake_interpreter(pid_then(pid_file, "time.sleep(120)"))
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
                "--variants", "cpu", "--workloads", "cnn", "--python", str(fake), "--data", "synthetic",
                "--profile", "smoke", "--results-dir", str(tmp_path / "run")]

@@ -14,7 +14,7 @@ from orchestrator.__main__ import main
 from orchestrator.commands import export
 from orchestrator.report.formatting import LONGEST_CELL, LONGEST_LINE, WORD_JOINER, markdown_cell
 from workloads.common.result import Cell, Metrics, Provenance, Result
-from records import cell_file, measured
+from support.records import cell_file, measured
 
 # What a spreadsheet takes for the start of a formula (OWASP, CSV injection): =, +, -, @, tab, CR.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -12,7 +12,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import default_signal_dispositions
-from records import OK_RESULT_IMPORTS, ok_result_source
+from support.records import write_fake_interpreter
 from orchestrator.run_settings import RunSettings
 from orchestrator.backends.options import BackendOptions
 from orchestrator import frameworks
@@ -152,17 +151,10 @@ class Cluster:
                     pass
 
 
-def fake_interpreter(folder: Path) -> str:
-    """An executable taking `python -m workloads --cell FILE`: an ok result, after sleeping as long as
-    the file `<folder>/sleep-<workload>` says; it records where it ran (its pid, CUDA_VISIBLE_DEVICES)."""
-    script = folder / "fake-python"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""
-        import os, socket, sys, time
-        sys.path.insert(0, {str(ROOT)!r})
-        from workloads.common.cell import CellRequest
-        {OK_RESULT_IMPORTS.strip()}
-        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
-        cell = request.cell
+def sleeping_interpreter(folder: Path) -> str:
+    """A stand-in framework Python (tests/support/records.py): an ok result, after sleeping as long
+    as the file `<folder>/sleep-<workload>` says; it records where it ran (its pid, CUDA_VISIBLE_DEVICES)."""
+    return write_fake_interpreter(folder, f"""
         marker = os.path.join({str(folder)!r}, "sleep-" + cell.workload)
         if os.path.exists(marker):
             open(os.path.join({str(folder)!r}, "started-" + cell.key), "w").write(str(os.getpid()))
@@ -170,16 +162,14 @@ def fake_interpreter(folder: Path) -> str:
         began = time.time()
         time.sleep(0.3)
         print("cell", cell.key, "ran")
-        result = {ok_result_source('cell')}
+        result = ok(cell)
         result.provenance.hostname = socket.gethostname()
         result.provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION")  # as the harness records it
         result.provenance.environment = {{"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "-"),
                                           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "-"),
                                           "BEGAN": repr(began), "ENDED": repr(time.time())}}
-        result.write(request.out)
-    """))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script)
+        result.write(out)
+    """)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +185,7 @@ def cluster():
         made.head()
         made.head_id = next(node["NodeID"] for node in made.nodes() if node.get("Resources", {}).get("GPU", 0) == 0)
         made.gpu_id = made.worker(gpu=True)
-        made.python = fake_interpreter(root / "bin")
+        made.python = sleeping_interpreter(root / "bin")
         yield made
     finally:
         made.stop()

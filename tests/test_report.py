@@ -10,7 +10,7 @@ import pytest
 from orchestrator.report import REFERENCE_LABEL, render, summarise
 from orchestrator.results import cell_path, to_frame
 from workloads.common.result import Cell, Metrics, Provenance, Result
-from records import measured
+from support.records import measured
 
 SCRIPT_REASON = "<script>alert(1)</script> | exploded"
 

@@ -1,4 +1,4 @@
-"""report.html and code.html in a real headless Chromium (tests/browser.py): they render without
+"""report.html and code.html in a real headless Chromium (tests/support/browser.py): they render without
 console errors, the grid is on screen, and code.html shows the pair its address names.
 
 Skipped without Chromium (`apt-get install -y chromium fonts-dejavu-core`), except under
@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from orchestrator import report
-from browser import open_page, require_chromium
+from support.browser import open_page, require_chromium
 from test_report_views import ONNX_NOT_APPLICABLE, inference, training, write
 
 

@@ -12,7 +12,7 @@ from orchestrator.report.frame import cluster_node
 from orchestrator.report.metadata import run_metadata
 from orchestrator.results import cell_path, load_cells
 from workloads.common.result import Cell, Metrics, Provenance, Result
-from records import measured
+from support.records import measured
 
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 NODE_A, NODE_B = "a1" * 28, "b2" * 28  # Ray's node ids: 56 hex digits

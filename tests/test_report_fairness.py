@@ -17,7 +17,7 @@ from orchestrator.report.checks import SLOW_STEP_FACTOR, slow_step_count
 from orchestrator.results import load_cells, load_reference, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
-from records import cell_file, measured
+from support.records import cell_file, measured
 
 H200, A100, XEON = "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Intel(R) Xeon(R) Gold 6338"
 STEADY_STEPS = [0.5] + [0.01] * 19  # a first step (compilation), then even steps

@@ -25,7 +25,7 @@ from orchestrator.report.pages import write_report
 from orchestrator.results import load_cells, load_reference
 from workloads.common import declaration
 from workloads.common.result import Cell, DeviceEnergy, Energy, Metrics, Provenance, Result
-from records import measured
+from support.records import measured
 from test_report_fairness import A100, H200, RANKING, XEON, only, sections, summary_of, training, write
 
 CNN = declaration.get("cnn")
@@ -255,7 +255,7 @@ def test_a_link_at_the_parity_folder_is_refused_and_never_read(pretend_parity, c
 def test_the_real_parity_check_runs_beside_real_cells(tmp_path):
     """run-matrix on the local backend with PyTorch's own environment: its CNN cell and its parity
     cell run for real, and the report shows the verdict beside the ranked row."""
-    from framework_cells import framework_python
+    from support.framework_cells import framework_python
 
     python = framework_python("pytorch")
     folder = tmp_path / "run"

@@ -22,7 +22,7 @@ from orchestrator.report.sweep import speed_ratio, sweep_tables
 from orchestrator.results import cell_path, load_cells, load_reference
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
-from records import measured
+from support.records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = "NVIDIA H200"

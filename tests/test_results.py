@@ -10,7 +10,7 @@ from orchestrator.errors import UserError
 from orchestrator.results import cell_path, load_reference, load_results, to_frame
 from workloads.common import declaration
 from workloads.common.result import Cell, Metrics, Provenance, Result, Samples
-from records import measured
+from support.records import measured
 
 
 def make_result(framework="pytorch", workload="cnn", *, precision="fp32", repeat=0,

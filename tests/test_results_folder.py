@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from framework_cells import framework_python
+from support.framework_cells import framework_python
 
 from orchestrator.run_settings import RunSettings
 from orchestrator.backends.contract import Backend
@@ -27,7 +27,7 @@ from orchestrator.backends import registry
 from orchestrator.backends.local import LocalBackend
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
-from records import OK_RESULT_IMPORTS, measured, ok_result_source
+from support.records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
@@ -51,13 +51,12 @@ class FakeBackend(Backend):
 
 
 @pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ROSETTA_CACHE_DIR", str(tmp_path / "cache"))
+def in_tmp(in_tmp, monkeypatch):
+    """conftest's, with a stand-in backend registered as "fake"."""
     monkeypatch.setitem(registry.REGISTRY, "fake", registry.Registration(
         lambda known, options, log: FakeBackend(), "fake", "cells pretend to run"))
     monkeypatch.setattr(FakeBackend, "during", None)
-    return tmp_path
+    return in_tmp
 
 
 def run_matrix(results_dir, *extra, workloads="cnn", report=False) -> int:
@@ -92,23 +91,16 @@ def assert_untouched(victim: Path) -> None:
 
 # --- item 1: never delete or write outside the results folder through a link ---------------------
 
-def fake_interpreter(folder: Path) -> str:
-    """Stands in for a framework's Python: `python -m workloads --cell FILE` writes an ok result."""
-    script = folder / "fake-python"
-    script.write_text(f"#!{sys.executable}\nimport sys\nfrom workloads.common.cell import CellRequest\n"
-                      + OK_RESULT_IMPORTS + "request = CellRequest.read(sys.argv[-1])\nprint('cell output')\n"
-                      + f"{ok_result_source('request.cell')}.write(request.out)\n")
-    script.chmod(0o755)
-    return str(script)
+WRITES_AN_OK_RESULT = "print('cell output')\nok(cell).write(out)\n"
 
 
-def test_a_planted_work_link_never_deletes_its_target(in_tmp, capsys):
+def test_a_planted_work_link_never_deletes_its_target(in_tmp, capsys, fake_interpreter):
     """`.work/<key>` linked to a folder elsewhere: the old runner resolved it and the local backend
     removed the target. Now the link is removed, never its target."""
     victim = victim_folder(in_tmp)
     (in_tmp / "run" / ".work").mkdir(parents=True)
     (in_tmp / "run" / ".work" / CNN.key).symlink_to(victim / CNN.key)
-    code = main(["run-matrix", "--backend", "local", "--python", fake_interpreter(in_tmp), "--frameworks", "pytorch",
+    code = main(["run-matrix", "--backend", "local", "--python", fake_interpreter(WRITES_AN_OK_RESULT), "--frameworks", "pytorch",
                  "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
                  "--results-dir", "run", "--data-dir", "data", "--no-report", "--resume"])
     assert code == 0, capsys.readouterr().err
@@ -127,14 +119,14 @@ def test_a_linked_work_folder_is_refused_and_its_target_kept(in_tmp, capsys):
     assert_untouched(victim)
 
 
-def test_the_local_backend_unlinks_a_linked_work_folder_without_following_it(tmp_path):
+def test_the_local_backend_unlinks_a_linked_work_folder_without_following_it(tmp_path, fake_interpreter):
     victim = victim_folder(tmp_path)
     work = tmp_path / "work" / CNN.key
     work.parent.mkdir()
     work.symlink_to(victim / CNN.key)
     from orchestrator.backends import CellJob
 
-    result = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path)).run_cell(
+    result = LocalBackend(REGISTRY, python=fake_interpreter(WRITES_AN_OK_RESULT)).run_cell(
         CellJob(cell=CNN, device="cpu", work_dir=work, log_path=tmp_path / "cell.log", data_dir=tmp_path / "data"))
     assert result.status == "ok", result.reason
     assert_untouched(victim)

@@ -16,7 +16,7 @@ from orchestrator.runner import packages_path, run_cells
 from orchestrator.results import read_cell_file
 from workloads.common import provenance
 from workloads.common.result import Cell, Result
-from records import measured
+from support.records import measured
 
 REGISTRY = frameworks.discover()
 NUMPY_ONLY = ["numpy==2.1.0", "pip==24.0"]

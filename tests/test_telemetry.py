@@ -2,9 +2,6 @@
 module and a stand-in powercap tree, phase attribution, the harness's phase spans, the real NVML
 and powercap path of this host, and a cell through the real local backend."""
 import json
-import stat
-import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -17,7 +14,7 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.runner import run_cells
 from workloads.common.harness import Run
 from workloads.common.result import Cell, Result
-from records import measured
+from support.records import measured
 
 REGISTRY = frameworks.discover()
 
@@ -352,18 +349,7 @@ def test_the_real_nvml_and_powercap_of_this_host():
     source.close()
 
 
-def fake_interpreter(tmp_path: Path, body: str) -> str:
-    script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
-        import os, sys, time
-        from workloads.common.cell import CellRequest
-        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
-    """) + textwrap.dedent(body))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return str(script)
-
-
-def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monkeypatch):
+def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monkeypatch, fake_interpreter):
     """The runner's serial dispatch meters each cell: here the CPU's stand-in counter rises by 3 J
     while the cell runs, all inside its steady phase, which is all the joules its steady samples
     are given. The meter's clock is the test's: the readings come at the cell's start (after the
@@ -393,7 +379,7 @@ def test_a_cell_through_the_local_backend_gets_its_energy_record(tmp_path, monke
         result.phase_spans = {{"steady": [[1000.0, 2000.0]]}}
         result.write(request.out)
     """
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(body))
     cell = Cell("pytorch", "cnn", profile="smoke", data="synthetic")
     summary = run_cells([cell], backend, REGISTRY, RunSettings(results_dir=tmp_path / "run",
                                                                data_dir=tmp_path / "data", idle_window_s=0.1))

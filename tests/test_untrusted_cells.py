@@ -19,7 +19,7 @@ from orchestrator.errors import UserError
 from orchestrator.runner import run_cells
 from workloads.common import safe_files
 from workloads.common.result import Cell, Result
-from records import fake_interpreter, measured
+from support.records import measured, write_fake_interpreter
 
 REGISTRY = frameworks.discover()
 CELLS = [Cell("pytorch", workload, profile="smoke", data="synthetic") for workload in ("cnn", "gru", "resnet50")]
@@ -30,7 +30,7 @@ def run_with(tmp_path: Path, hostile: str, *, resume: bool = False):
     and `ok(cell)`), the other two write an honest ok result."""
     body = "if request.cell.workload == 'gru':\n" + "".join(f"    {line}\n" for line in hostile.splitlines()) + \
            "else:\n    ok(request.cell).write(out)\n"
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, body))
+    backend = LocalBackend(REGISTRY, python=write_fake_interpreter(tmp_path, body))
     return run_cells(CELLS, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data",
                                                            resume=resume))
 
@@ -120,8 +120,8 @@ def test_a_name_joined_into_a_path_is_one_plain_file_name(name):
             results.cell_path("/tmp/run", Cell(name, "cnn"))
 
 
-def test_a_cell_whose_name_is_a_path_is_refused_before_anything_runs(tmp_path):
-    backend = LocalBackend(REGISTRY, python=fake_interpreter(tmp_path, "ok(request.cell).write(out)"))
+def test_a_cell_whose_name_is_a_path_is_refused_before_anything_runs(tmp_path, fake_interpreter):
+    backend = LocalBackend(REGISTRY, python=fake_interpreter("ok(request.cell).write(out)"))
     with pytest.raises(UserError, match="is not a plain file name"):
         run_cells([Cell("pytorch", "cnn", variant="../../x", profile="smoke", data="synthetic")], backend,
                   REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data"))

@@ -23,7 +23,7 @@ import numpy as np
 
 try:
     import mxnet as mx
-except ImportError:  # only the numpy helpers below are usable (tests/test_mxnet_units.py)
+except ImportError:  # only the numpy helpers below are usable (tests/frameworks/test_mxnet_units.py)
     mx = None
 
 from workloads.common import loop, precision as precision_rules, scaffold
@@ -213,7 +213,7 @@ def gru_kernel(policy: MXNetPolicy) -> str:
     decides it: cuDNN's on a GPU (its only GPU implementation); on the CPU oneDNN's RNN primitive when
     MXNet is built with it and neither MXNET_MKLDNN_ENABLED=0 nor MXNET_USE_MKLDNN_RNN=0 turns it off,
     else MXNet's own C++ GRU loop. Both CPU paths are one fused operator over every time step.
-    tests/test_mxnet_units.py checks the CPU answer against oneDNN's own trace (DNNL_VERBOSE)."""
+    tests/frameworks/test_mxnet_units.py checks the CPU answer against oneDNN's own trace (DNNL_VERBOSE)."""
     features = mx.runtime.Features()
     if policy.device.device_type == "gpu":
         if features.is_enabled("CUDNN"):

@@ -102,7 +102,7 @@ def assert_training_parity_in(python: str, framework: str, folder, timeout: floa
 
     from workloads.common import canonical
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
         weights_folder = canonical.write(Path(folder) / workload, workload)
         out = Path(folder) / f"{workload}.json"

@@ -3,12 +3,12 @@
 No Keras import in the first part: Keras' formulas are written out here as its source (keras
 3.15.1) computes them, so these tests run in the host environment; the parity check runs the real
 thing. The last part checks the fairness rules on the real Keras, per backend, in each
-backend's CPU environment (tests/fairness_probes.py; built once per test session).
+backend's CPU environment (tests/support/fairness_probes.py; built once per test session).
 """
 import numpy as np
 import pytest
 
-from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid
+from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid
 from workloads.common import canonical
 
 RNG = np.random.default_rng(0)
@@ -139,7 +139,7 @@ def test_keras_adam_epsilon_is_pytorchs_scaled_by_sqrt_one_minus_beta2_power():
     np.testing.assert_allclose(keras[4:], pytorch[4:], rtol=1e-5)
 
 
-# --- on the real Keras, per backend (tests/fairness_probes.py in each cached CPU environment) --------
+# --- on the real Keras, per backend (tests/support/fairness_probes.py in each cached CPU environment) --------
 
 KERAS_FRAMEWORKS = ["keras-tf", "keras-jax", "keras-torch"]
 COMPILED = {"keras-tf": True, "keras-jax": True, "keras-torch": False}  # torch: eager, nothing traced
@@ -147,7 +147,7 @@ COMPILED = {"keras-tf": True, "keras-jax": True, "keras-torch": False}  # torch:
 
 @pytest.fixture(scope="module", params=KERAS_FRAMEWORKS)
 def keras_row(request):
-    from fairness_probes import facts
+    from support.fairness_probes import facts
     return request.param, facts(request.param)
 
 
@@ -213,7 +213,7 @@ def test_gru_kernel_records_what_ran_on_the_cpu(keras_row):
 @pytest.mark.e2e  # the real Keras, in its cached environment
 def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded():
     """Keras' torch backend alone falls back silently from a cuDNN call that raises."""
-    from fairness_probes import facts
+    from support.fairness_probes import facts
 
     found = facts("keras-torch")
     kernel = found["torch_cudnn_fallback"]["gru_kernel"]
@@ -257,7 +257,7 @@ def test_backend_optimizer_computes_pytorchs_update(keras_row, rule):
 def test_tensorflow_adam_sums_an_embeddings_repeated_rows_first():
     """IndexedSlices (TensorFlow's) with token 1 twice: one dense row gradient (4, 6), whose first
     Adam step moves each of its entries by lr; the untouched rows stay."""
-    from fairness_probes import facts
+    from support.fairness_probes import facts
 
     found = facts("keras-tf")
     start = np.array(found["optimizers"]["start"]).reshape(3, 2)

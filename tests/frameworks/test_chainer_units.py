@@ -4,7 +4,7 @@ then the rules the Chainer cells keep, checked on real cells in Chainer's own en
 The first part imports no Chainer: Chainer's formulas are written out here as its source (chainer
 7.8.1) computes them, so these tests run in the host environment; the parity check runs the real
 thing. The last part runs smoke cells with Chainer's cached CPU environment
-(tests/framework_cells.py; skipped where there is none): the same start (--init canonical) and what
+(tests/support/framework_cells.py; skipped where there is none): the same start (--init canonical) and what
 the result records about what ran.
 """
 import json
@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
-from numpy_reference import gru_step_canonical, sigmoid
+from support.framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
+from support.numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical
 
 RNG = np.random.default_rng(0)

@@ -3,15 +3,15 @@
 No JAX import: what the JAX files compute (and what optax 0.2.8 / flax 0.12.8 compute, as their
 source writes it) is restated here in numpy and compared with the canonical (PyTorch) computation,
 so these tests run in the host environment; the parity check runs the real thing. The tests marked
-e2e run real cells in JAX's cached CPU environment (tests/compiled_step_checks.py): trace counts
+e2e run real cells in JAX's cached CPU environment (tests/support/compiled_step_checks.py): trace counts
 after 20 training steps, what ran, the canonical start.
 """
 import numpy as np
 import pytest
 
-from compiled_step_checks import TRAIN_STEPS, run_checks
-from framework_cells import expected_first_loss
-from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
+from support.compiled_step_checks import TRAIN_STEPS, run_checks
+from support.framework_cells import expected_first_loss
+from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
@@ -186,7 +186,7 @@ def test_int64_labels_become_int32_without_changing_them():
 
 @pytest.fixture(scope="module")
 def jax_checks():
-    """One JAX process for every check below (tests/compiled_step_checks.py)."""
+    """One JAX process for every check below (tests/support/compiled_step_checks.py)."""
     return run_checks("jax", ["training:cnn", "training:gru", "inference", "first_loss:canonical",
                               "first_loss:framework"])
 

@@ -11,7 +11,7 @@ CNTK 2.7 has wheels for Python <= 3.6, so the host's tests cannot import it. Wha
 With the local backend's cached Python 3.6 environments (or ROSETTA_CNTK_PYTHON /
 ROSETTA_KERAS_CNTK_PYTHON) and a host OpenMPI runtime (linked under CNTK's names here, as
 images/cntk/openmpi-compat.sh does), real cells check the same start, the trace count over 20 steps
-and what each result records (tests/framework_cells.py); the last test runs the parity check.
+and what each result records (tests/support/framework_cells.py); the last test runs the parity check.
 """
 import ast
 import os
@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework_cells import cross_entropy, first_batch, framework_python, run_cell
-from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
-from stand_ins import Refuses, imported_over
+from support.framework_cells import cross_entropy, first_batch, framework_python, run_cell
+from support.numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
+from support.stand_ins import Refuses, imported_over
 from workloads.common import canonical, hyperparams
 from workloads.common.harness import Run
 from workloads.common.result import Cell
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(0)
 MODULES = [f"workloads.{w}.{m}" for m in ("cntk", "keras_cntk") for w in ("cnn", "resnet50", "gru")]
 

@@ -1,5 +1,5 @@
 """Result records as the harness writes them, for tests that build their own, and a stand-in
-interpreter that writes them from a real subprocess.
+interpreter that writes them from a real subprocess (write_fake_interpreter).
 
 An ok result carries its timed phases, its headline figure and the framework version it measured
 (orchestrator.results.ok_result_problem; docs/RUN-GUARANTEES.md, the trust model): one without is
@@ -55,16 +55,23 @@ def cell_file(folder: Path, result: Result) -> Path:
         return Path(folder) / CELLS_FOLDER / f"hostile-{digest}.json"
 
 
-def fake_interpreter(tmp_path: Path, body: str) -> str:
-    """An executable that takes `python -m workloads --cell FILE`, reads the cell document and does `body`
-    (where `ok(cell)` makes an ok result with what an ok result carries)."""
-    script = tmp_path / "fake-python"
-    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
-        import os, sys, time
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_fake_interpreter(folder: Path, body: str) -> str:
+    """An executable in `folder` standing in for a framework's Python: it takes
+    `python -m workloads --cell FILE`, reads the cell document into `request` (`cell` and `out` are
+    its cell and its result's path) and runs `body`, where `ok(cell)` makes an ok result with what
+    an ok result carries. os, socket, sys and time are imported; the checkout is importable
+    wherever it runs (a Ray node's worker starts elsewhere). The tests' fixture is conftest's
+    `fake_interpreter`; this is its one implementation, for module-scoped users too."""
+    script = Path(folder) / "fake-python"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""
+        import os, socket, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
         from workloads.common.cell import CellRequest
-        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1])
-        out = request.out
-        open(os.environ["TMPDIR"] + "/../../pid", "w").write(str(os.getpid()))
+        request = CellRequest.read(sys.argv[sys.argv.index("--cell") + 1] if "--cell" in sys.argv else sys.argv[-1])
+        cell, out = request.cell, request.out
     """) + OK_RESULT_IMPORTS + f"def ok(cell):\n    return {ok_result_source('cell')}\n" + textwrap.dedent(body))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)

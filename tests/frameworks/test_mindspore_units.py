@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework_cells import framework_python
-from numpy_reference import conv_nchw_oihw, gru_step_canonical, sigmoid
+from support.framework_cells import framework_python
+from support.numpy_reference import conv_nchw_oihw, gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- convolutions and pooling: explicit symmetric padding ---------------------------------------

@@ -1,12 +1,12 @@
 """The PyTorch row's fairness rules (docs/FAIRNESS.md), checked on the real PyTorch in its cached CPU environment.
 
-tests/fairness_probes.py runs there (one process for this module) and reports what the workloads
+tests/support/fairness_probes.py runs there (one process for this module) and reports what the workloads
 did; these tests check it. They skip where the pytorch/cpu environment has not been built. No
 wall-clock figure is asserted.
 """
 import pytest
 
-from fairness_probes import facts
+from support.fairness_probes import facts
 from workloads.common import canonical
 
 pytestmark = pytest.mark.e2e  # the real PyTorch, in its cached environment (skipped where it is not built)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework_cells import framework_python
+from support.framework_cells import framework_python
 
 from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, images, matrix, onnx_export
@@ -25,9 +25,9 @@ from orchestrator.results import cell_path
 from workloads.common import canonical, hyperparams
 from workloads.common.data.checksum import file_digest
 from workloads.common.result import Cell, Result
-from records import measured
+from support.records import measured
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = frameworks.discover()
 ORT = REGISTRY["onnxruntime"]
 
@@ -279,7 +279,7 @@ def test_the_export_folder_is_never_world_writable(tmp_path):
     assert sources.folder(Cell("onnxruntime", "resnet50")) is not None
 
 
-# --- the start and the records, in the ONNX Runtime environment (tests/framework_cells.py builds it once)
+# --- the start and the records, in the ONNX Runtime environment (tests/support/framework_cells.py builds it once)
 
 def test_init_canonical_is_what_the_exported_graph_holds_and_init_framework_is_refused(tmp_path):
     """ONNX Runtime has no initialisers: --init canonical is recorded (the weights are in the graph, exported

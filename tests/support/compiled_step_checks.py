@@ -1,9 +1,9 @@
 """Checks that need a compiled-step framework itself (TensorFlow, JAX), run INSIDE its environment.
 
-The unit tests (tests/test_tensorflow_units.py, tests/test_jax_units.py) run this file with the
+The unit tests (tests/frameworks/test_tensorflow_units.py, tests/frameworks/test_jax_units.py) run this file with the
 framework's cached interpreter, one process per framework so its import is paid once:
 
-    PYTHONPATH=<repo> <framework python> tests/compiled_step_checks.py <framework> <check> [<check> ...]
+    PYTHONPATH=<repo> <framework python> tests/support/compiled_step_checks.py <framework> <check> [<check> ...]
 
 and read the one JSON object it prints last: ``{check: what it found}``. Each check runs real cells
 through the real harness (workloads.common.harness.Run), on the CPU, and reports what the result
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from workloads.common import naming  # noqa: E402
@@ -156,7 +156,7 @@ def run_checks(framework: str, checks, environment=None) -> dict:
     """Run ``checks`` in ``framework``'s cached CPU environment (built on first use); their report."""
     import subprocess
 
-    from framework_cells import framework_python
+    from support.framework_cells import framework_python
 
     python = framework_python(framework)  # the cached environment, or the test skips
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(environment or {}))

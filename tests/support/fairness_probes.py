@@ -1,8 +1,8 @@
 """Probes of the PyTorch and Keras rows' fairness rules, run INSIDE a framework's cached environment.
 
-    <venv>/bin/python tests/fairness_probes.py pytorch|keras-tf|keras-jax|keras-torch
+    <venv>/bin/python tests/support/fairness_probes.py pytorch|keras-tf|keras-jax|keras-torch
 
-prints one JSON object of facts, which tests/test_pytorch_fairness.py and tests/test_keras_units.py
+prints one JSON object of facts, which tests/frameworks/test_pytorch_fairness.py and tests/frameworks/test_keras_units.py
 check (they start this script with the framework's interpreter from the local backend's cache, and
 skip where that environment has not been built). Everything runs on the CPU, on synthetic data,
 with settings cut to a few small batches: the rules do not depend on sizes. Not a test module
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from workloads.common import canonical, naming  # noqa: E402
 
@@ -243,7 +243,7 @@ def facts(framework: str, timeout: float = 1200) -> dict:
     import subprocess
 
     if framework not in _FACTS:
-        from framework_cells import framework_python
+        from support.framework_cells import framework_python
 
         python = framework_python(framework)  # the cached environment, or the test skips
         completed = subprocess.run([python, __file__, framework], capture_output=True, text=True,

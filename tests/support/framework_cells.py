@@ -19,7 +19,7 @@ from typing import Dict, Iterable, Optional, Tuple
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs inside the framework's environment: argv = overrides (JSON), counted functions (JSON list of
 # "module:attribute"), the counts file, then python -m workloads' own arguments.
@@ -145,7 +145,7 @@ def expected_first_loss(workload: str, overrides: Optional[dict] = None) -> floa
 
 @functools.lru_cache(maxsize=None)
 def _expected_first_loss(workload: str, overrides: str) -> float:
-    import numpy_reference
+    from support import numpy_reference
     from workloads.common import canonical
 
     x, y = first_batch(workload, json.loads(overrides))

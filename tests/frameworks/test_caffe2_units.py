@@ -8,7 +8,7 @@
 - what the runtime sets, detects and counts (the executor option on every net, each net created
   once, the GRU kernel read from the net, the features fetched inside every timed batch) on stand-ins;
 - with the local backend's cached cpu environment (or ROSETTA_CAFFE2_PYTHON), real cells with both
-  executors (the same start, 20 steps, what the result records: tests/framework_cells.py), and the
+  executors (the same start, 20 steps, what the result records: tests/support/framework_cells.py), and the
   real parity.
 """
 import types
@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework_cells import cross_entropy, first_batch, framework_python, run_cell
-from numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
-from stand_ins import imported_over, refusing_package
+from support.framework_cells import cross_entropy, first_batch, framework_python, run_cell
+from support.numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
+from support.stand_ins import imported_over, refusing_package
 from workloads.common import canonical, hyperparams, options
 from workloads.common.harness import Run
 from workloads.common.result import Cell
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = ["workloads.cnn.caffe2", "workloads.resnet50.caffe2", "workloads.gru.caffe2", "workloads.runtime.caffe2"]
 STAND_INS = ["caffe2", "caffe2.proto", "caffe2.proto.caffe2_pb2", "caffe2.python", "caffe2.python.brew",
              "caffe2.python.core", "caffe2.python.gru_cell", "caffe2.python.model_helper", "caffe2.python.optimizer",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings, strategies as st
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # 300 cases per reader keeps CI quick; ROSETTA_HOSTILE_EXAMPLES=5000 explores further.
 EXAMPLES = int(os.environ.get("ROSETTA_HOSTILE_EXAMPLES", "300"))

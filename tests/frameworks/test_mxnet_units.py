@@ -5,16 +5,16 @@ The first part needs no MXNet (workloads.runtime.mxnet imports without it; only 
 are used): each test states, in numpy, what an MXNet operator computes in the layout the workload
 files use, and compares it with the canonical computation. The last part runs smoke cells of the
 Gluon (mxnet) and Module (mxnet-module) rows with MXNet's cached CPU environment
-(tests/framework_cells.py; skipped where there is none): the same start (--init canonical), one
+(tests/support/framework_cells.py; skipped where there is none): the same start (--init canonical), one
 graph build over 20 training steps, and what the result records about what ran.
 """
 import json
 import math
 
 import numpy as np
-import numpy_reference
+from support import numpy_reference
 import pytest
-from framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
+from support.framework_cells import expected_first_loss, framework_python, run_cell, run_snippet
 
 from workloads.common import canonical
 from workloads.runtime import mxnet as mxnet_runtime

@@ -5,7 +5,7 @@ writes it, or as measured where its C++ kernel and its docstring disagree) is re
 compared with the canonical (PyTorch) computation, so these tests run in the host environment.
 The last parts run the same facts on the real operators, and the fairness rules (the same start,
 channels_last, the fused optimizers, the records), in Paddle's own environment (built once per test
-session, tests/framework_cells.py).
+session, tests/support/framework_cells.py).
 The parity check runs the whole models.
 """
 import json
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framework_cells import framework_python
-from numpy_reference import gru_step_canonical, sigmoid
+from support.framework_cells import framework_python
+from support.numpy_reference import gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
@@ -235,7 +235,7 @@ def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(real_paddle):
 
 # --- fairness rules, run in Paddle's environment -------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 PRELUDE = """

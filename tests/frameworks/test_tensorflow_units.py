@@ -2,7 +2,7 @@
 
 Most tests need no TensorFlow: each states, in numpy, what a TensorFlow op computes in the layout
 the workload file uses, and compares it with the canonical (NCHW / OIHW) computation. The tests
-marked e2e run real cells in TensorFlow's cached CPU environment (tests/compiled_step_checks.py):
+marked e2e run real cells in TensorFlow's cached CPU environment (tests/support/compiled_step_checks.py):
 trace counts after 20 training steps, the xla option, the fused optimizers, the canonical start.
 """
 from pathlib import Path
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiled_step_checks import TRAIN_STEPS, run_checks
-from framework_cells import expected_first_loss
-from numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
+from support.compiled_step_checks import TRAIN_STEPS, run_checks
+from support.framework_cells import expected_first_loss
+from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
 from workloads.common import canonical
 
 rng = np.random.default_rng(0)
@@ -149,7 +149,7 @@ def test_resource_apply_momentum_is_pytorchs_plain_momentum():
 
 def test_no_rosetta_xla_environment_switch_is_left():
     """XLA is the cell's option (--option xla=on), never an environment variable the backends may drop."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     readers = [str(path.relative_to(root)) for folder in ("workloads", "images", "orchestrator")
                for path in (root / folder).rglob("*") if path.is_file() and path.suffix in (".py", ".toml")
                and "ROSETTA_XLA" in path.read_text(errors="replace")]
