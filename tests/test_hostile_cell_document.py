@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 
 from support import hostile
-from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, planted_and_refused, read_or_refused, run_all
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +59,8 @@ def test_the_valid_cell_document_is_accepted(tmp_path):
 def test_any_cell_document_is_read_or_refused_in_one_printable_line(scratch, data):
     from workloads.common.cell import CellDocumentError
 
-    path = scratch / "cell.json"
-    path.write_bytes(data)
-    try:
-        read_cell_document(path)
-    except CellDocumentError as error:
-        assert assert_one_line(str(error), "cell document").isprintable(), str(error)[:400]
+    line = read_or_refused(scratch / "cell.json", data, read_cell_document, CellDocumentError, "cell document")
+    assert line is None or line.isprintable(), line
 
 
 CELL_DOCUMENT_PLANTS = {
@@ -93,11 +89,9 @@ def test_a_cell_document_that_is_no_file_or_no_document_is_refused(tmp_path, cas
     from workloads.common.cell import CellDocumentError, CellRequest
 
     plant, expected = CELL_DOCUMENT_PLANTS[case]
-    (tmp_path / "elsewhere.json").write_text(json.dumps(VALID_CELL_DOCUMENT))
-    plant(tmp_path / "cell.json")
-    with pytest.raises(CellDocumentError, match=expected) as refused:
-        CellRequest.read(tmp_path / "cell.json")
-    assert assert_one_line(str(refused.value)).isprintable()
+    line = planted_and_refused(tmp_path, plant, json.dumps(VALID_CELL_DOCUMENT), "cell.json", CellRequest.read,
+                               CellDocumentError, expected)
+    assert line.isprintable()
 
 
 def test_hostile_cell_documents_through_the_command_line(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 
 from support import hostile
-from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, run_all
+from support.hostile import HOSTILE, assert_one_line, assert_refused_in_one_line, planted_and_refused, read_or_refused, run_all
 from orchestrator.backends.contract import Backend
 from orchestrator import frameworks, matrix
 from orchestrator.errors import UserError
@@ -73,12 +73,7 @@ def test_the_valid_matrix_is_accepted(tmp_path):
 @HOSTILE
 @given(data=hostile.hostile_document(VALID_MATRIX, "toml"))
 def test_any_matrix_file_is_read_or_refused_in_one_line(scratch, data):
-    path = scratch / "matrix.toml"
-    path.write_bytes(data)
-    try:
-        read_matrix(path)
-    except UserError as error:
-        assert_one_line(str(error), "matrix file")
+    read_or_refused(scratch / "matrix.toml", data, read_matrix, UserError, "matrix file")
 
 
 def test_a_matrix_file_larger_than_allowed_is_not_read(tmp_path):
@@ -298,12 +293,9 @@ def test_the_valid_lock_is_accepted(tmp_path):
 @HOSTILE
 @given(data=hostile.hostile_document(VALID_LOCK))
 def test_any_lock_is_read_or_refused_in_one_line(scratch, data):
-    path = scratch / "images.lock"
-    path.write_bytes(data)
-    try:
-        use_lock(path)
-    except UserError as error:
-        assert_names_the_lock_fix(assert_one_line(str(error), "images.lock"))
+    line = read_or_refused(scratch / "images.lock", data, use_lock, UserError, "images.lock")
+    if line is not None:
+        assert_names_the_lock_fix(line)
 
 
 LOCK_PLANTS = {
@@ -342,11 +334,8 @@ def test_a_lock_that_is_no_file_or_holds_a_value_of_the_wrong_shape_is_refused(t
     from orchestrator.images import lock as image_lock
 
     plant, expected = LOCK_PLANTS[case]
-    (tmp_path / "elsewhere.lock").write_text(json.dumps(VALID_LOCK))
-    plant(tmp_path / "images.lock")
-    with pytest.raises(UserError, match=expected) as refused:
-        image_lock.read(tmp_path / "images.lock")
-    assert_names_the_lock_fix(assert_one_line(str(refused.value)))
+    assert_names_the_lock_fix(planted_and_refused(tmp_path, plant, json.dumps(VALID_LOCK), "images.lock",
+                                                  image_lock.read, UserError, expected))
 
 
 LOCK_CASES = {

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.framework_cells import cross_entropy, first_batch, framework_python, run_cell
+from support.framework_cells import assert_workload_files_keep_the_model, cross_entropy, first_batch, framework_python, run_cell
 from support.numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from support.stand_ins import imported_over, refusing_package
 from workloads.common import canonical, hyperparams, options
@@ -39,21 +39,10 @@ def modules():
         yield imported
 
 
-def test_every_module_imports_without_caffe2_and_has_the_workload_sections(modules):
-    for name in MODULES[:3]:
-        module = modules[name]
-        assert module.MATCHED and all(isinstance(line, str) and line for line in module.MATCHED), name
-        for function in ("run", "parity", "load_canonical", "canonical_arrays"):
-            assert callable(getattr(module, function)), (name, function)
-
-
-def test_caffe2_workloads_call_their_loops_in_the_runtime(modules):
+def test_caffe2_workloads_keep_the_model_and_call_their_loops_in_the_runtime(modules):
     """The loops are written once, in workloads/runtime/caffe2.py; the workload files keep the model."""
     runtime = modules["workloads.runtime.caffe2"]
-    for function in ("select_device", "train_and_evaluate", "parity_steps", "extract_features", "parity_features"):
-        assert callable(getattr(runtime, function)), function
-    for name in MODULES[:3]:
-        assert modules[name].runtime is runtime and not hasattr(modules[name], "env"), name
+    assert_workload_files_keep_the_model({name: modules[name] for name in MODULES[:3]}, runtime)
     policy = runtime.Caffe2Policy("device option", "fp32", "cuda")  # cuDNN's algorithm search on a GPU
     assert policy.operator_arguments == {"engine": "CUDNN", "cudnn_exhaustive_search": True}
     assert runtime.Caffe2Policy("device option", "fp32", "cpu").operator_arguments == {}

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.framework_cells import cross_entropy, first_batch, framework_python, run_cell
+from support.framework_cells import assert_workload_files_keep_the_model, cross_entropy, first_batch, framework_python, run_cell
 from support.numpy_reference import assert_training_parity_in, cnn_logits, gru_logits, sigmoid
 from support.stand_ins import Refuses, imported_over
 from workloads.common import canonical, hyperparams
@@ -52,22 +52,14 @@ def modules():
         yield imported
 
 
-def test_every_module_imports_without_cntk_and_has_the_workload_sections(modules):
-    for name in MODULES:
-        module = modules[name]
-        assert module.MATCHED and all(isinstance(line, str) and line for line in module.MATCHED), name
-        for function in ("run", "parity", "load_canonical", "canonical_arrays"):
-            assert callable(getattr(module, function)), (name, function)
-
-
-def test_cntk_workloads_call_their_loops_in_the_runtime(modules):
+def test_cntk_workloads_keep_the_model_and_call_their_loops_in_the_runtime(modules):
     """The loops are written once, in workloads/runtime/cntk.py; the workload files keep the model."""
     runtime = modules["workloads.runtime.cntk"]
-    for function in ("select_device", "train_and_evaluate", "parity_steps", "extract_features", "parity_features"):
-        assert callable(getattr(runtime, function)), function
+    assert_workload_files_keep_the_model({name: modules[name] for name in MODULES[:3]}, runtime)
+    assert_workload_files_keep_the_model({name: modules[name] for name in MODULES[3:]},
+                                         modules["workloads.runtime.keras_cntk"], loops=())
     for workload in ("cnn", "gru", "resnet50"):
         module = modules[f"workloads.{workload}.cntk"]
-        assert module.runtime is runtime and not hasattr(module, "env"), workload
         assert not hasattr(module, "make_trainer"), workload
 
 

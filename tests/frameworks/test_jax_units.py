@@ -9,9 +9,9 @@ after 20 training steps, what ran, the canonical start.
 import numpy as np
 import pytest
 
-from support.compiled_step_checks import TRAIN_STEPS, run_checks
+from support.compiled_step_checks import assert_each_step_traced_once, run_checks
 from support.framework_cells import expected_first_loss
-from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, sigmoid, to_nhwc
+from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step_canonical, same_padding, sigmoid, to_nhwc
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
@@ -19,21 +19,15 @@ RNG = np.random.default_rng(0)
 
 # --- convolutions and pooling, NHWC with explicit padding ------------------------------------------
 
-def xla_same_padding(size, kernel, stride):
-    """XLA's (and so Flax's) padding="SAME": all the padding the output size needs, the extra after."""
-    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
 @pytest.mark.parametrize("size, kernel, stride", [(224, 7, 2), (56, 3, 2), (112, 3, 2), (8, 3, 2)])
 def test_explicit_symmetric_padding_is_pytorchs_and_strided_same_is_not(size, kernel, stride):
     """resnet50/jax.py pads (k//2, k//2) explicitly; "SAME" with stride 2 on even sizes pads less before."""
-    assert xla_same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
+    assert same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
     x, weights = RNG.normal(size=(1, 2, 8, 8)), RNG.normal(size=(3, 2, 3, 3))
     expected = to_nhwc(conv_nchw_oihw(x, weights, stride=2, pad=1))
     explicit = conv_nhwc_hwio(to_nhwc(x), canonical.oihw_to_hwio(weights), stride=2, pads=((1, 1), (1, 1)))
     np.testing.assert_allclose(explicit, expected, rtol=1e-12, atol=1e-12)
-    same = conv_nhwc_hwio(to_nhwc(x), canonical.oihw_to_hwio(weights), stride=2, pads=(xla_same_padding(8, 3, 2),) * 2)
+    same = conv_nhwc_hwio(to_nhwc(x), canonical.oihw_to_hwio(weights), stride=2, pads=(same_padding(8, 3, 2),) * 2)
     assert same.shape == expected.shape and not np.allclose(same, expected)
 
 
@@ -196,12 +190,7 @@ def jax_checks():
 def test_every_jitted_step_traces_once_in_20_training_steps(jax_checks, check):
     """The train step, and the evaluation step over a test set ending in a partial batch (padded to
     the one shape, so no second trace and compilation), each trace exactly once."""
-    found = jax_checks[check]
-    assert found["status"] == "ok", found["reason"]
-    assert found["epoch_steps"] == [TRAIN_STEPS] and TRAIN_STEPS >= 20
-    assert found["test_batches"] == 3  # 3 batches, the last one short: a second shape unless padded
-    assert found["traces"] == {"train_step": 1, "eval_step": 1}
-    assert 0.0 <= found["accuracy"] <= 1.0 and found["epoch_losses"][-1] < 2 * found["first_loss"]
+    assert_each_step_traced_once(jax_checks[check])
 
 
 @pytest.mark.e2e

@@ -7,19 +7,15 @@ runs the real thing. The fairness rules (the same start, trace counts, the oneDN
 built-in Adam, the records) are checked in the cached MindSpore environment the local backend built
 (skipped where there is none).
 """
-import json
 import math
-import os
 import re
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from support.framework_cells import framework_python
-from support.numpy_reference import conv_nchw_oihw, gru_step_canonical, sigmoid
+from support.framework_cells import run_script
+from support.numpy_reference import assert_pytorchs_momentum, conv_nchw_oihw, gru_step_canonical, same_padding, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
@@ -28,25 +24,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # --- convolutions and pooling: explicit symmetric padding ---------------------------------------
 
-def mindspore_same_padding(size, kernel, stride):
-    """nn.Conv2d(pad_mode='same'), its default: the padding the output size needs, the odd one after."""
-    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
 @pytest.mark.parametrize("size, kernel, stride", [(224, 7, 2), (56, 3, 2), (112, 3, 2), (8, 3, 2)])
 def test_strided_same_padding_is_not_pytorchs_so_the_files_pad_explicitly(size, kernel, stride):
     """resnet50/mindspore.py uses pad_mode='pad', padding=k//2; 'same' with stride 2 pads one less before."""
-    assert mindspore_same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
+    assert same_padding(size, kernel, stride) != (kernel // 2, kernel // 2)
     x, weights = RNG.normal(size=(1, 2, 8, 8)), RNG.normal(size=(3, 2, 3, 3))
     explicit = conv_nchw_oihw(x, weights, stride=2, pad=1)
-    same = conv_nchw_oihw(x, weights, stride=2, pads=(mindspore_same_padding(8, 3, 2),) * 2)
+    same = conv_nchw_oihw(x, weights, stride=2, pads=(same_padding(8, 3, 2),) * 2)
     assert same.shape == explicit.shape and not np.allclose(same, explicit)
 
 
 def test_stride_one_same_padding_equals_padding_one():
     """For the CNN's 3x3 stride-1 convolutions 'same' would match too; the file pads explicitly all the same."""
-    assert mindspore_same_padding(32, 3, 1) == (1, 1)
+    assert same_padding(32, 3, 1) == (1, 1)
 
 
 def test_max_pool_padding_after_a_relu_is_invisible():
@@ -134,16 +124,12 @@ def test_gru_parameter_count_has_two_bias_vectors_per_gate():
 # --- optimizers (mindspore 2.10.0 as its source computes) -----------------------------------------
 
 def test_nn_momentum_is_pytorchs_plain_momentum():
-    """nn.Momentum (ApplyMomentum): v = v*u + g, p -= lr*v; PyTorch: v = m*v + g, w -= lr*v."""
-    lr, momentum = 0.01, 0.9
-    w_mindspore = w_torch = RNG.normal(size=5)
-    accumulation = v = np.zeros(5)
-    for g in RNG.normal(size=(6, 5)):
-        accumulation = accumulation * momentum + g
-        w_mindspore = w_mindspore - lr * accumulation
-        v = momentum * v + g
-        w_torch = w_torch - lr * v
-    np.testing.assert_allclose(w_mindspore, w_torch, rtol=1e-12)
+    def apply_momentum(weights, accumulation, gradient, lr, momentum):
+        """nn.Momentum (ApplyMomentum): v = v*u + g, p -= lr*v."""
+        accumulation = accumulation * momentum + gradient
+        return weights - lr * accumulation, accumulation
+
+    assert_pytorchs_momentum(apply_momentum)
 
 
 def adam_steps(gradients, lr, b1, b2, eps, form):
@@ -226,36 +212,9 @@ def test_the_runtime_sets_onednn_from_the_option_not_with_setdefault():
 
 # --- fairness rules, run in the cached MindSpore environment (the local backend's; never built here) --
 
-PRELUDE = """
-import dataclasses, importlib, json
-import numpy as np
-from workloads.common import canonical
-from workloads.common.harness import Run
-from workloads.common.result import Cell
-
-def cell_run(workload, init="canonical", options=None, **settings):
-    run = Run(Cell("mindspore", workload, profile="smoke", data="synthetic", init=init, options=options or {}),
-              device="cpu")
-    run.settings = dataclasses.replace(run.settings, **settings)
-    return run
-
-def say(value):
-    print("RESULT " + json.dumps(value), flush=True)
-"""
-
-
 def in_mindspore(script: str, **environment) -> tuple:
-    """Run a script in MindSpore's environment, from a file (mindspore.jit parses its functions' source)."""
-    python = framework_python("mindspore")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "check.py"
-        path.write_text(PRELUDE + script)
-        # run in the temporary folder: a failed compilation leaves MindSpore's rank_0/ in the working directory
-        completed = subprocess.run([python, str(path)], cwd=folder, capture_output=True, text=True, timeout=900,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), **environment})
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):]), completed.stdout
+    """Run a script in MindSpore's environment (support.framework_cells.run_script)."""
+    return run_script("mindspore", script, environment)
 
 
 def test_twenty_steps_compile_each_step_once_from_the_canonical_start():

@@ -9,15 +9,12 @@ session, tests/support/framework_cells.py).
 The parity check runs the whole models.
 """
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from support.framework_cells import framework_python
-from support.numpy_reference import gru_step_canonical, sigmoid
+from support.framework_cells import run_script
+from support.numpy_reference import assert_pytorchs_momentum, gru_step_canonical, sigmoid
 from workloads.common import canonical, hyperparams
 
 RNG = np.random.default_rng(0)
@@ -127,20 +124,19 @@ def test_paddle_adam_is_pytorchs_and_its_docstring_form_is_not():
 
 
 def test_paddle_momentum_is_pytorchs_plain_momentum():
-    """paddle.optimizer.Momentum(use_nesterov=False): velocity = mu*velocity + g; param -= lr*velocity."""
-    lr, mu = 0.01, 0.9
-    w_paddle = w_torch = RNG.normal(size=5)
-    velocity = buffer = np.zeros(5)
-    for g in RNG.normal(size=(4, 5)):
-        velocity = mu * velocity + g
-        w_paddle = w_paddle - lr * velocity
-        buffer = buffer * mu + g  # torch.optim.SGD, dampening 0, nesterov False
-        w_torch = w_torch - lr * buffer
-    np.testing.assert_allclose(w_paddle, w_torch, rtol=1e-12)
-    unit_gain = np.zeros(5)  # Keras 2 / CNTK's "unit gain" form would differ: the test can fail
-    for g in RNG.normal(size=(2, 5)):
-        unit_gain = mu * unit_gain + (1 - mu) * g
-    assert not np.allclose(unit_gain, velocity)
+    def paddle_momentum(weights, velocity, gradient, lr, mu):
+        """paddle.optimizer.Momentum(use_nesterov=False): velocity = mu*velocity + g; param -= lr*velocity."""
+        velocity = mu * velocity + gradient
+        return weights - lr * velocity, velocity
+
+    def unit_gain(weights, velocity, gradient, lr, mu):
+        """Keras 2 / CNTK's "unit gain" form, which would differ: the check can fail."""
+        velocity = mu * velocity + (1 - mu) * gradient
+        return weights - lr * velocity, velocity
+
+    assert_pytorchs_momentum(paddle_momentum)
+    with pytest.raises(AssertionError):
+        assert_pytorchs_momentum(unit_gain)
 
 
 # --- ResNet-50 from the zoo: parameter count without the moving statistics --------------------------
@@ -235,33 +231,9 @@ def test_real_grad_scaler_defaults_are_the_ones_runtime_writes_out(real_paddle):
 
 # --- fairness rules, run in Paddle's environment -------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-PRELUDE = """
-import dataclasses, importlib, json
-import numpy as np
-from workloads.common import canonical
-from workloads.common.harness import Run, Unsupported
-from workloads.common.result import Cell
-
-def cell_run(workload, init="canonical", options=None, **settings):
-    run = Run(Cell("paddle", workload, profile="smoke", data="synthetic", init=init, options=options or {}),
-              device="cpu")
-    run.settings = dataclasses.replace(run.settings, **settings)
-    return run
-
-def say(value):
-    print("RESULT " + json.dumps(value))
-"""
-
-
 def in_paddle(script: str) -> dict:
-    completed = subprocess.run([framework_python("paddle"), "-c", PRELUDE + script], cwd=ROOT, capture_output=True,
-                               text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):])
+    """Run a script in Paddle's environment (support.framework_cells.run_script)."""
+    return run_script("paddle", script)[0]
 
 
 def test_channels_last_computes_what_nchw_computes_and_says_so():

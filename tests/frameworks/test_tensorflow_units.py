@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.compiled_step_checks import TRAIN_STEPS, run_checks
+from support.compiled_step_checks import assert_each_step_traced_once, run_checks
 from support.framework_cells import expected_first_loss
-from support.numpy_reference import conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
+from support.numpy_reference import assert_pytorchs_momentum, conv_nchw_oihw, conv_nhwc_hwio, gru_step, sigmoid, to_nhwc
 from workloads.common import canonical
 
 rng = np.random.default_rng(0)
@@ -132,17 +132,12 @@ def test_resource_apply_adam_equals_pytorchs_adam_only_with_epsilon_scaled_each_
 
 
 def test_resource_apply_momentum_is_pytorchs_plain_momentum():
-    """tf.raw_ops.ResourceApplyMomentum: accum = accum * momentum + grad; var -= lr * accum (no unit gain);
-    torch.optim.SGD(momentum, dampening=0): v = m*v + g; w -= lr*v."""
-    lr, momentum = 0.01, 0.9
-    w_tf = w_torch = rng.normal(size=5)
-    accum = v = np.zeros(5)
-    for g in rng.normal(size=(4, 5)):
-        accum = accum * momentum + g
-        w_tf = w_tf - lr * accum
-        v = momentum * v + g
-        w_torch = w_torch - lr * v
-    np.testing.assert_allclose(w_tf, w_torch, rtol=1e-12)
+    def resource_apply_momentum(weights, accum, gradient, lr, momentum):
+        """tf.raw_ops.ResourceApplyMomentum: accum = accum * momentum + grad; var -= lr * accum (no unit gain)."""
+        accum = accum * momentum + gradient
+        return weights - lr * accum, accum
+
+    assert_pytorchs_momentum(resource_apply_momentum)
 
 
 # --- the real thing, in TensorFlow's cached CPU environment --------------------------------------
@@ -169,12 +164,7 @@ def tensorflow_checks():
 def test_every_compiled_step_traces_once_in_20_training_steps(tensorflow_checks, check):
     """The train step, and the evaluation step over a test set ending in a partial batch (padded to
     the one shape), each trace exactly once: nothing retraces."""
-    found = tensorflow_checks[check]
-    assert found["status"] == "ok", found["reason"]
-    assert found["epoch_steps"] == [TRAIN_STEPS] and TRAIN_STEPS >= 20
-    assert found["test_batches"] == 3  # 3 batches, the last one short: a second shape unless padded
-    assert found["traces"] == {"train_step": 1, "eval_step": 1}
-    assert 0.0 <= found["accuracy"] <= 1.0 and found["epoch_losses"][-1] < 2 * found["first_loss"]
+    assert_each_step_traced_once(tensorflow_checks[check])
 
 
 @pytest.mark.e2e

@@ -152,6 +152,16 @@ def tensorflow_optimizers() -> dict:
 
 # --- the host side: what the unit tests call ------------------------------------------------------
 
+def assert_each_step_traced_once(found: dict) -> None:
+    """A training check's findings: an ok cell whose train step, and evaluation step over a test set
+    ending in a partial batch (padded to the one shape, so no second trace), each traced once."""
+    assert found["status"] == "ok", found["reason"]
+    assert found["epoch_steps"] == [TRAIN_STEPS] and TRAIN_STEPS >= 20
+    assert found["test_batches"] == 3  # 3 batches, the last one short: a second shape unless padded
+    assert found["traces"] == {"train_step": 1, "eval_step": 1}
+    assert 0.0 <= found["accuracy"] <= 1.0 and found["epoch_losses"][-1] < 2 * found["first_loss"]
+
+
 def run_checks(framework: str, checks, environment=None) -> dict:
     """Run ``checks`` in ``framework``'s cached CPU environment (built on first use); their report."""
     import subprocess

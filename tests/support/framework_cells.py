@@ -115,6 +115,43 @@ def run_snippet(python: str, code: str, env: Optional[Dict[str, str]] = None, ti
     return completed.stdout
 
 
+# Before a script run_script runs: `cell_run(workload, ...)` makes the framework's smoke cell on
+# synthetic data, on the CPU, with settings overridden; `say(value)` hands a JSON value back.
+_SCRIPT_PRELUDE = """
+import dataclasses, importlib, json
+import numpy as np
+from workloads.common import canonical
+from workloads.common.harness import Run, Unsupported
+from workloads.common.result import Cell
+
+def cell_run(workload, init="canonical", options=None, **settings):
+    run = Run(Cell(FRAMEWORK, workload, profile="smoke", data="synthetic", init=init, options=options or {}),
+              device="cpu")
+    run.settings = dataclasses.replace(run.settings, **settings)
+    return run
+
+def say(value):
+    print("RESULT " + json.dumps(value), flush=True)
+"""
+
+
+def run_script(framework: str, script: str, env: Optional[Dict[str, str]] = None,
+               timeout: float = 900) -> Tuple[object, str]:
+    """Run `script` (after the prelude above) in `framework`'s environment, from a file in a folder
+    of its own that is also its working folder (MindSpore's jit reads its functions' source; a failed
+    compilation leaves files in the working folder); return (the value it said once, its stdout)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "check.py"
+        path.write_text(f"FRAMEWORK = {framework!r}\n" + _SCRIPT_PRELUDE + script)
+        completed = subprocess.run([framework_python(framework), str(path)], cwd=folder, capture_output=True,
+                                   text=True, timeout=timeout, env=_environment(env))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    [line] = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):]), completed.stdout
+
+
 def first_batch(workload: str, overrides: Optional[dict] = None) -> Tuple[np.ndarray, np.ndarray]:
     """The first training batch the harness feeds every framework's smoke cell on synthetic data
     (same-data-feed: the framework plays no part in it)."""
@@ -153,3 +190,26 @@ def _expected_first_loss(workload: str, overrides: str) -> float:
     logits = numpy_reference.cnn_logits(params, x) if workload == "cnn" else numpy_reference.gru_logits(params, x)
     return cross_entropy(logits, np.asarray(y, dtype=np.int64))
 
+
+def assert_init_framework_keeps_its_initialisers(framework: str, folder: Path, overrides: dict) -> None:
+    """`--init framework` on the GRU: an ok cell that records it, whose first loss is not the
+    canonical start's (the framework's own initialisers ran, not the canonical weights)."""
+    result, _, _ = run_cell(framework_python(framework), "gru", framework, folder, overrides=overrides,
+                            arguments=["--init", "framework"])
+    assert result["status"] == "ok" and result["provenance"]["extras"]["init"] == "framework"
+    assert result["samples"]["first_loss"] != pytest.approx(expected_first_loss("gru", overrides), rel=1e-3)
+
+
+RUNTIME_LOOPS = ("select_device", "train_and_evaluate", "parity_steps", "extract_features", "parity_features")
+
+
+def assert_workload_files_keep_the_model(workload_modules: dict, runtime, loops=RUNTIME_LOOPS) -> None:
+    """Each workload file (imported without its framework) has the sections every file has and its
+    matched facts, and leaves the loops to its runtime, which has them (the harness owns the loops)."""
+    for function in loops:
+        assert callable(getattr(runtime, function)), function
+    for name, module in workload_modules.items():
+        assert module.MATCHED and all(isinstance(line, str) and line for line in module.MATCHED), name
+        for function in ("run", "parity", "load_canonical", "canonical_arrays"):
+            assert callable(getattr(module, function)), (name, function)
+        assert module.runtime is runtime and not hasattr(module, "env"), name

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,29 @@ def assert_one_line(message: str, what: str = "") -> str:
     assert len(lines) == 1 and lines[0].strip(), f"{what}: not one line: {str(message)[:400]!r}"
     assert len(message) <= LONGEST_MESSAGE, f"{what}: {len(message)} characters: {str(message)[:400]!r}..."
     return str(message)
+
+
+def read_or_refused(path: Path, data: bytes, reader, refusal: type[Exception], what: str) -> str | None:
+    """`data` written to `path` and handed to `reader`: None when it was read, else the refusal's
+    message, once it is found to be one short line (docs/RUN-GUARANTEES.md: bad input gets one line)."""
+    path.write_bytes(data)
+    try:
+        reader(path)
+    except refusal as error:
+        return assert_one_line(str(error), what)
+    return None
+
+
+def planted_and_refused(folder: Path, plant, valid: str, name: str, read, refusal: type[Exception],
+                        expected: str) -> str:
+    """`plant` makes `folder/name` (a link to the valid file it finds beside it, a FIFO, a folder,
+    a document of the wrong shape...); `read` refuses it with `refusal` matching `expected`, in one
+    short line, which is returned."""
+    (folder / ("elsewhere" + Path(name).suffix)).write_text(valid)
+    plant(folder / name)
+    with pytest.raises(refusal, match=expected) as refused:
+        read(folder / name)
+    return assert_one_line(str(refused.value))
 
 
 # --- values of every type --------------------------------------------------------------------------

@@ -116,3 +116,34 @@ def assert_training_parity_in(python: str, framework: str, folder, timeout: floa
         got = np.asarray(outputs["logits"])
         assert np.max(np.abs(got - expected)) / np.max(np.abs(expected)) < canonical.PARITY_TOLERANCE
         assert not np.allclose(outputs["logits_after_training"], got)  # the steps did train
+
+
+# --- SGD with momentum as PyTorch writes it, which every framework's momentum is held to ----------
+
+def momentum_steps(update, lr: float, momentum: float, seed: int = 0) -> np.ndarray:
+    """The weights after `update(weights, velocity, gradient, lr, momentum) -> (weights, velocity)`
+    over six random gradients, from random weights and zero velocity (the same ones for every update)."""
+    rng = np.random.default_rng(seed)
+    weights, velocity = rng.normal(size=5), np.zeros(5)
+    for gradient in rng.normal(size=(6, 5)):
+        weights, velocity = update(weights, velocity, gradient, lr, momentum)
+    return weights
+
+
+def pytorch_momentum(weights, velocity, gradient, lr, momentum):
+    """torch.optim.SGD(momentum, dampening=0, nesterov=False): v = m*v + g; w -= lr*v."""
+    velocity = momentum * velocity + gradient
+    return weights - lr * velocity, velocity
+
+
+def assert_pytorchs_momentum(update, lr: float = 0.01, momentum: float = 0.9) -> None:
+    """`update` (a framework's momentum, written out as its source computes it) lands where PyTorch's does."""
+    np.testing.assert_allclose(momentum_steps(update, lr, momentum), momentum_steps(pytorch_momentum, lr, momentum),
+                               rtol=1e-12)
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple:
+    """padding="SAME" as XLA (so Flax and TensorFlow) and MindSpore's pad_mode='same' compute it: all
+    the padding the output size needs, the odd one after; PyTorch's models pad (k//2, k//2)."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2

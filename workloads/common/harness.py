@@ -109,7 +109,7 @@ class Run:
 
     def record_span(self, name: str, start: float, end: float) -> None:
         """One stretch of a phase in wall-clock time (time.time(), the host's clock too), so the
-        host can attribute the energy it sampled to the phase (orchestrator/telemetry.py)."""
+        host can attribute the energy it sampled to the phase (orchestrator/telemetry/)."""
         self.result.phase_spans.setdefault(name, []).append([start, end])
 
     # --- data -----------------------------------------------------------------------------------
