@@ -1,0 +1,74 @@
+"""How long README command 1 takes on a bare machine: ``python benchmarks/first_report.py``.
+
+Runs the README's first command's matrix (``run-matrix --profile smoke --data synthetic``) on the
+local backend, as on a machine without a Docker engine, with an empty home folder and an empty
+project cache in a temporary folder: every framework's environment is built from scratch (uv
+where it serves the Python, pip where not), every cell runs, the parity check runs, the report is
+rendered. What is installed system-wide (the Python interpreters, pip's own configuration in
+/etc) stays, as it would on a new machine set up to run the project.
+
+Prints the whole run's wall time, how long building the environments took (the cells' wait
+before their first one ran is in it), the cells by status, and where the report is; the target is
+a report within 7 minutes. Asserts nothing: a machine other work is loading gives slower figures.
+
+    python benchmarks/first_report.py [--frameworks a,b] [--keep FOLDER]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TARGET_S = 7 * 60
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", help="only these (comma-separated); default: the whole matrix")
+    parser.add_argument("--keep", type=pathlib.Path, help="run in this folder and keep it (default: a temporary one)")
+    arguments = parser.parse_args()
+    scratch = arguments.keep or pathlib.Path(tempfile.mkdtemp(prefix="rosetta-first-report-"))
+    home, results = scratch / "home", scratch / "results"
+    home.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, "HOME": str(home), "ROSETTA_CACHE_DIR": str(home / ".cache" / "rosetta-bench"),
+                   "PYENV_ROOT": os.environ.get("PYENV_ROOT", str(pathlib.Path.home() / ".pyenv"))}
+    environment.pop("ROSETTA_DATA_DIR", None)
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--profile", "smoke", "--data", "synthetic",
+               "--backend", "local", "--results-dir", str(results)]
+    if arguments.frameworks:
+        command += ["--frameworks", arguments.frameworks]
+    print("running:", " ".join(command[1:]), f"(HOME={home})", flush=True)
+    started = time.perf_counter()
+    completed = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    (scratch / "run-matrix.log").write_text(completed.stdout + completed.stderr)
+    statuses = Counter()
+    cell_seconds = 0.0
+    for path in (results / "cells").glob("*.json"):
+        document = json.loads(path.read_text())
+        statuses[document.get("status", "?")] += 1
+        cell_seconds += float(document.get("wall_time_s") or 0.0)
+    parity_seconds = sum(float(json.loads(path.read_text()).get("wall_time_s") or 0.0)
+                         for path in (results / "parity" / "cells").glob("*.json"))
+    report = results / "report.html"
+    print(f"exit {completed.returncode}; wall time {elapsed / 60:.1f} min ({elapsed:.0f} s; target "
+          f"{TARGET_S // 60} min: {'met' if elapsed <= TARGET_S else 'missed'})")
+    print("cells: " + ", ".join(f"{count} {status}" for status, count in sorted(statuses.items())))
+    print(f"time inside the cells: {cell_seconds:.0f} s; inside the parity cells: {parity_seconds:.0f} s; "
+          f"the rest (environments built, the host's own work): {elapsed - cell_seconds - parity_seconds:.0f} s")
+    print(f"report: {report if report.exists() else 'not written'}; log: {scratch / 'run-matrix.log'}")
+    if arguments.keep is None:
+        shutil.rmtree(home, ignore_errors=True)  # the environments: gigabytes; the results stay
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
