@@ -5,6 +5,7 @@ The environment is built on first use (about a minute here) and cached in ~/.cac
 (or $ROSETTA_CACHE_DIR), so later runs start at once.
 """
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,9 +95,17 @@ def test_report_rendered(smoke_run):
     html = (results / "report.html").read_text()
     for title in ("CNN", "ResNet-50", "GRU"):
         assert title in markdown
-    assert markdown.count("| pytorch | cpu | fp32 |") == 3
     assert "Published reference" in markdown and "K80" in markdown
     assert html.count('<figure class="chart">') == 3 and "<script" not in html
+    # one result row per workload (the GRU's named by its kernel: "pytorch [gru=fused-cpu]"), each with
+    # its achieved FLOP/s and its % of the CPU's peak, which the run's own probe measured
+    rows = [line for line in markdown.splitlines() if line.startswith("| pytorch") and "| cpu | fp32 |" in line]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        flops = next(index for index, cell in enumerate(cells) if cell.endswith("FLOP/s"))
+        assert re.fullmatch(r"[0-9.]+%", cells[flops + 1]), row  # "% of peak" beside it
+    assert '<figure class="chart ceiling">' in html and "of peak</span>" in html
 
 
 def test_the_cpu_peak_is_measured_once_and_recorded_with_how(smoke_run):

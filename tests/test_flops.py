@@ -1,6 +1,6 @@
 """FLOPs per sample are counted from each workload's model definition (workloads/common/flops.py),
 and held to an independent count: PyTorch's FlopCounterMode over the PyTorch row's real models, in
-the PyTorch environment (docs/FAIRNESS.md: counted FLOPs). The peak table's entries are checked for
+the PyTorch environment (docs/FAIRNESS.md: counted-flops). The peak table's entries are checked for
 what a % of peak divides by (results/reference/gpu-peak-flops.toml)."""
 import json
 import textwrap
