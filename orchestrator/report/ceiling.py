@@ -62,7 +62,7 @@ def device_peak(device_kind: str, device_model: str, precision: str, probes: dic
         if flops is None:
             why = probe["not_measured"].get(precision) or f"the probe measured no {precision} peak"
             return peaks.Peak(None, f"{PEAK_UNKNOWN}: {precision} {why}")
-        return peaks.Peak(flops, f"{device_model}, {precision}, measured by this run's probe: {probe['method']}")
+        return peaks.Peak(flops, f"{device_model[:80]}, {precision}, measured by this run's probe: {probe['method']}")
     return peaks.Peak(None, f"{PEAK_UNKNOWN}: the device was not recorded")
 
 
