@@ -9,7 +9,8 @@ No Docker and no network: every cell goes through the real harness, `python -m o
 run-matrix --backend local --python <interpreter>`, on synthetic data (the smoke profile by
 default; --profile full for the study's sizes), one results folder per framework under
 --results-dir. Per cell it prints the status, the steady throughput (training: samples/s after the
-first step; ResNet-50: images/s), the precision switches the framework recorded
+first step; ResNet-50: images/s), its achieved FLOP/s and % of the device's peak in the cell's
+precision (orchestrator/report/ceiling.py: the datasheet table for a GPU), the precision switches the framework recorded
 (provenance.extras: autocast, allow_tf32, tf32, matmul_precision, ...), the device, the GPU's name
 and its driver, and what the host's telemetry measured around the cell (orchestrator/telemetry/:
 the GPU's mean and peak watts, joules per sample or image of the steady phase, and how: the
@@ -33,6 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator import frameworks as framework_registry, host  # noqa: E402
 from orchestrator.errors import UserError  # noqa: E402
+from orchestrator.report import ceiling  # noqa: E402
+from orchestrator.report.groups import device_identity  # noqa: E402
+from orchestrator.report.metadata import recorded_invocations  # noqa: E402
 from orchestrator.results import load_cells  # noqa: E402
 from workloads.common import declaration  # noqa: E402
 from workloads.common.result import Result  # noqa: E402
@@ -92,6 +96,20 @@ def steady_rate(result: Result) -> str:
     return f"{value:,.1f} {metric.unit}" if value is not None else "-"
 
 
+def flops_and_peak(result: Result, probes: dict[str, dict]) -> tuple[str, str]:
+    """The cell's achieved FLOP/s and its % of its device's peak in its precision ("peak unknown"
+    and why where there is none: ceiling.py), "-" for a cell that is not ok."""
+    achieved = result.metrics.achieved_flops_per_s
+    if result.status != "ok" or achieved is None:
+        return "-", "-" if result.status != "ok" else ceiling.NOT_COUNTED
+    provenance = result.provenance
+    kind, model = device_identity(provenance.device, gpu_of(result)[0], provenance.cpu_model)
+    peak = ceiling.device_peak(kind, model, result.cell.precision, probes)
+    share = (ceiling.format_fraction_of_peak(achieved / peak.flops_per_s) if peak.flops_per_s
+             else peak.source[:90])
+    return ceiling.format_flops(achieved), share
+
+
 def gpu_of(result: Result) -> tuple[str, str]:
     provenance = result.provenance
     name = provenance.gpu_name or provenance.gpu.get("name") or "-"
@@ -131,16 +149,16 @@ def joules_per_sample(result: Result) -> str:
             f"({'+'.join(energy.basis_devices)}: GPU {energy.gpu.method}, CPU {energy.cpu.method})")
 
 
-def table(results: list[Result]) -> list[str]:
-    headings = ("cell", "status", "steady throughput", "precision the framework reports", "device", "GPU", "driver",
-                "GPU power", "energy")
+def table(results: list[Result], probes: dict[str, dict] | None = None) -> list[str]:
+    headings = ("cell", "status", "steady throughput", "FLOP/s", "% of peak", "precision the framework reports",
+                "device", "GPU", "driver", "GPU power", "energy")
     rows = []
     for result in results:
         cell = result.cell
         name, driver = gpu_of(result)
         status = result.status if result.status == "ok" else f"{result.status}: {(result.reason or '')[:90]}"
         rows.append((f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}", status, steady_rate(result),
-                     precision_used(result), result.provenance.device or "-", name, driver, watts(result),
+                     *flops_and_peak(result, probes or {}), precision_used(result), result.provenance.device or "-", name, driver, watts(result),
                      joules_per_sample(result)))
     widths = [max(len(str(row[i])) for row in [headings, *rows]) for i in range(len(headings))]
     return [" | ".join(str(value).ljust(width) for value, width in zip(row, widths)).rstrip()
@@ -182,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     print("host GPUs: " + ("; ".join(", ".join(f"{key}={value}" for key, value in gpu.items()) for gpu in gpus)
                            if gpus else "none found (no NVIDIA driver answers here)"), flush=True)
     results: list[Result] = []
+    probes: dict[str, dict] = {}  # a CPU's peak, where a run measured one (run.json)
     for framework in args.frameworks:
         variant = variants.get(framework) or cuda_variant(known[framework])
         if variant not in known[framework].variants or known[framework].variants[variant].device != "cuda":
@@ -194,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             results += load_cells(folder / framework).results
+            probes.update(ceiling.cpu_peaks(recorded_invocations(folder / framework)))
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
@@ -201,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.precisions.index(r.cell.precision), r.cell.key))
     print()
     print(f"GPU check ({args.profile} profile, synthetic data), results in {folder}:")
-    for line in table(results):
+    for line in table(results, probes):
         print(line)
     on_cuda = [r for r in results if r.status == "ok" and r.provenance.device == "cuda"]
     failed = [r for r in results if r.status in ("failed", "timeout")]

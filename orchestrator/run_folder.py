@@ -23,6 +23,7 @@ import os
 import stat
 from pathlib import Path
 
+from orchestrator import cpu_peak
 from orchestrator.errors import UserError
 from workloads.common import safe_files, strict_json
 from workloads.common.result import write_json_atomic
@@ -121,6 +122,8 @@ def _run_record_problem(record) -> str | None:
         seed = invocation.get("seed", 0)
         if type(seed) is not int or not 0 <= seed <= LARGEST_SEED:
             return f"invocation {number}'s seed is {str(seed)[:40]!r}, not a whole number from 0 to {LARGEST_SEED}"
+        if "cpu_peak" in invocation and (problem := cpu_peak.record_problem(invocation["cpu_peak"])):
+            return f"invocation {number}: {problem}"
     return None
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator import host, onnx_export, run_folder, telemetry
+from orchestrator import cpu_peak, host, onnx_export, run_folder, telemetry
 from orchestrator.backends import Backend, CellJob, unsupported
 from orchestrator.errors import ClusterLost, Interrupted, UserError
 from orchestrator.frameworks import Framework
@@ -64,8 +64,12 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             summary.skipped += 1
         else:
             pending.append(cell)
+    record = dict(settings.record)
+    probe = None if parity else _probe_cpu(results_dir, pending, frameworks, console)
+    if probe is not None:
+        record["cpu_peak"] = probe
     try:
-        _write_run_metadata(results_dir, backend, cells, revision, dict(settings.record), order=pending)
+        _write_run_metadata(results_dir, backend, cells, revision, record, order=pending)
     except OSError as error:
         raise run_folder.write_failed(results_dir / "run.json", error, results_dir) from None
     if summary.skipped:
@@ -141,6 +145,21 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
         finally:
             dispatch.close()
     return summary
+
+
+def _probe_cpu(results_dir: Path, cells: list[Cell], frameworks: dict[str, Framework],
+               console: Console) -> dict | None:
+    """The CPU's measured peak (orchestrator/cpu_peak.py), once per host and run: when a CPU cell is
+    to run and no earlier invocation into this folder measured this CPU on as many threads."""
+    if not any(frameworks[cell.framework].variant(cell.variant).device == "cpu" for cell in cells):
+        return None
+    threads, model = cpu_peak.cell_threads(), cpu_peak.cpu_model()
+    for invocation in run_folder.read_run_record(results_dir)["invocations"]:
+        earlier = invocation.get("cpu_peak")
+        if earlier and earlier["cpu_model"] == model and earlier["threads"] == threads:
+            return None
+    console.print(f"measuring the CPU's peak ({threads} threads) for the % of peak of its rows")
+    return cpu_peak.probe(threads)
 
 
 def _cell_paths(results_dir: Path, key: str) -> tuple[Path, Path]:

@@ -146,8 +146,10 @@ def test_a_made_up_workload_reaches_the_report_from_its_declaration(tmp_path, to
 
     markdown = report.render(tmp_path)[0].read_text()
     assert "## Toy — a made-up inference workload" in markdown
-    assert "| Median images/s | Min–max | Spread | Relative | Time per batch (ms) | Parameters |" in markdown
-    assert "| fastfw | cpu | fp32 | 1 | 200 | - | - | 1.00x | 20 | 10 |" in markdown
+    # FLOP/s and % of peak beside the headline: the toy declares no flop_model, so none is counted
+    assert ("| Median images/s | FLOP/s | % of peak | Min–max | Spread | Relative | Time per batch (ms) | Parameters |"
+            in markdown)
+    assert "| fastfw | cpu | fp32 | 1 | 200 | - | not counted | - | - | 1.00x | 20 | 10 |" in markdown
     assert "No results for:** cnn, resnet50, gru" in markdown
     assert "its chart says whether lower or higher is better" in markdown
 

@@ -46,6 +46,10 @@ def test_three_ok_cells_with_sane_metrics(smoke_run):
         assert result.provenance.git_revision and result.provenance.backend == "local"
         assert result.phases["framework_import"] > 0 and result.phases["model_build"] > 0
         assert result.wall_time_s >= sum(result.phases.values())
+        # achieved FLOP/s: the headline rate times the FLOPs counted from the model (docs/MEASURED.md)
+        rate = result.metrics.steady_samples_per_s if workload != "resnet50" else result.metrics.images_per_s
+        assert result.metrics.flops_per_sample > 0
+        assert result.metrics.achieved_flops_per_s == pytest.approx(rate * result.metrics.flops_per_sample)
         jsonschema.validate(json.loads((results / "cells" / f"{result.cell.key}.json").read_text()), json_schema())
     for workload in ("cnn", "gru"):
         metrics, samples = ok[workload].metrics, ok[workload].samples
@@ -91,11 +95,28 @@ def test_report_rendered(smoke_run):
     html = (results / "report.html").read_text()
     for title in ("CNN", "ResNet-50", "GRU"):
         assert title in markdown
-    # one detailed row per workload; the GRU's row names its kernel, as options are named
-    rows = re.findall(r"^\| pytorch(?: \\\[gru=[a-z-]+\\\])? \| cpu \| fp32 \| ", markdown, re.MULTILINE)
-    assert len(rows) == 3, rows
     assert "Published reference" in markdown and "K80" in markdown
     assert html.count('<figure class="chart">') == 3 and "<script" not in html
+    # one result row per workload (the GRU's named by its kernel: "pytorch [gru=fused-cpu]"), each with
+    # its achieved FLOP/s and its % of the CPU's peak, which the run's own probe measured
+    rows = [line for line in markdown.splitlines() if line.startswith("| pytorch") and "| cpu | fp32 |" in line]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        flops = next(index for index, cell in enumerate(cells) if cell.endswith("FLOP/s"))
+        assert re.fullmatch(r"[0-9.]+%", cells[flops + 1]), row  # "% of peak" beside it
+    assert '<figure class="chart ceiling">' in html and "of peak</span>" in html
+
+
+def test_the_cpu_peak_is_measured_once_and_recorded_with_how(smoke_run):
+    """The roofline probe (orchestrator/cpu_peak.py) ran before the CPU cells, on their threads, and
+    run.json says what it measured and how; bf16 says why it was not measured."""
+    results, _ = smoke_run
+    invocations = json.loads((results / "run.json").read_text())["invocations"]
+    probe = invocations[0]["cpu_peak"]
+    assert probe["flops_per_s"]["fp32"] > 0 and probe["threads"] >= 1
+    assert "numpy" in probe["method"] and "fp32" in probe["method"] and probe["cpu_model"]
+    assert probe["not_measured"]["bf16"].startswith("not measured: ")
 
 
 def test_resume_skips_finished_cells(smoke_run):

@@ -1,6 +1,6 @@
 """FLOPs per sample are counted from each workload's model definition (workloads/common/flops.py),
 and held to an independent count: PyTorch's FlopCounterMode over the PyTorch row's real models, in
-the PyTorch environment (docs/FAIRNESS.md: counted FLOPs). The peak table's entries are checked for
+the PyTorch environment (docs/FAIRNESS.md: counted-flops). The peak table's entries are checked for
 what a % of peak divides by (results/reference/gpu-peak-flops.toml)."""
 import json
 import textwrap
@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from support.framework_cells import framework_python, run_snippet
-from orchestrator import peaks
+from orchestrator import cpu_peak, peaks, run_folder
 from orchestrator.errors import UserError
 from workloads.common import declaration, flops
 
@@ -105,4 +105,32 @@ def test_a_malformed_peak_table_is_refused_in_one_line(tmp_path):
     path.write_text('[[gpu]]\nmodel = "X"\nnvml_names = ["X"]\nfp32_tflops = "fast"\nsource = "s"\n')
     with pytest.raises(UserError, match="fp32_tflops must be a positive number") as caught:
         peaks.load(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_cpu_probe_that_fails_is_recorded_as_not_measured(monkeypatch):
+    """The probe's subprocess exits non-zero (here: an interpreter that is not one): the run goes
+    on, and run.json says fp32 was not measured and why, never a figure."""
+    monkeypatch.setattr(cpu_peak.sys, "executable", "/bin/false")
+    record = cpu_peak.probe(2)
+    assert record["flops_per_s"] == {} and record["not_measured"]["fp32"].startswith("not measured: the probe exited 1")
+    assert cpu_peak.record_problem(record) is None
+
+
+@pytest.mark.parametrize("forged, problem", [
+    ({"flops_per_s": {"fp32": -1.0}}, "flops_per_s"),
+    ({"flops_per_s": {"fp64": 1e9}}, "flops_per_s"),
+    ({"threads": True}, "threads"),
+    ({"method": "x" * 10_000}, "method"),
+    ({"not_measured": {"bf16": 3}}, "not_measured"),
+])
+def test_a_forged_cpu_peak_in_run_json_is_refused_in_one_line(tmp_path, forged, problem):
+    """run.json may come from elsewhere: its cpu_peak is read typed and bounded (run_folder.read_run_record)."""
+    record = {"cpu_model": "CPU", "threads": 4, "measured_at": "2026-01-01T00:00:00+00:00", "method": "numpy",
+              "flops_per_s": {"fp32": 1e11}, "not_measured": {}}
+    (tmp_path / "run.json").write_text(json.dumps({"invocations": [{"cpu_peak": record}]}))
+    assert run_folder.read_run_record(tmp_path)["invocations"][0]["cpu_peak"] == record
+    (tmp_path / "run.json").write_text(json.dumps({"invocations": [{"cpu_peak": {**record, **forged}}]}))
+    with pytest.raises(UserError, match=f"invocation 1: its cpu_peak's {problem}") as caught:
+        run_folder.read_run_record(tmp_path)
     assert "\n" not in str(caught.value)

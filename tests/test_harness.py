@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workloads.__main__ as workload_main
+from workloads.common import declaration, flops
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_UNSUPPORTED, Cell, Result
 
@@ -45,6 +46,10 @@ def test_training_epochs_keep_raw_samples_and_sync_only_at_boundaries():
     assert metrics.steady_state_time_s == pytest.approx(metrics.train_time_s - samples.first_step_s)
     assert metrics.samples_per_s == pytest.approx(16 * 64 / metrics.train_time_s)
     assert metrics.peak_host_memory_mb > 0
+    # achieved FLOP/s: the steady rate (after the first step) times forward + backward FLOPs per sample
+    training = flops.per_sample(declaration.get("cnn")).training
+    assert metrics.flops_per_sample == training
+    assert metrics.achieved_flops_per_s == pytest.approx(metrics.steady_samples_per_s * training)
 
 
 def test_only_complete_shuffled_batches():
@@ -75,6 +80,18 @@ def test_inference_times_each_batch_synchronised_and_ranks_the_median():
     metrics = run.finish().metrics
     assert metrics.seconds_per_1000_images == pytest.approx(0.2 / 32 * 1000)
     assert metrics.images_per_s == pytest.approx(32 / 0.2)
+    forward = flops.per_sample(declaration.get("resnet50")).forward  # inference: the forward pass only
+    assert metrics.flops_per_sample == forward
+    assert metrics.achieved_flops_per_s == pytest.approx(32 / 0.2 * forward)
+
+
+def test_no_flops_without_the_rate_they_multiply():
+    run = smoke_run("gru")
+    run.result.samples.epoch_times_s, run.result.samples.epoch_steps = [1.0], [1]  # one step: no steady phase
+    run.result.samples.first_step_s = 1.0
+    metrics = run.finish().metrics
+    assert metrics.steady_samples_per_s is None and metrics.achieved_flops_per_s is None
+    assert metrics.flops_per_sample == flops.per_sample(declaration.get("gru")).training
 
 
 def test_synthetic_data_is_only_as_large_as_the_profile_needs():

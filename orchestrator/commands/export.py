@@ -34,7 +34,9 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMERAL = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]
-OUTCOME = ["status", "reason", "headline_metric", "headline"]
+# pct_of_peak: achieved_flops_per_s (a metric) over peak_flops_per_s, a fraction; peak_source says
+# where the peak comes from, or why it is unknown (orchestrator/report/ceiling.py).
+OUTCOME = ["status", "reason", "headline_metric", "headline", "pct_of_peak", "peak_flops_per_s", "peak_source"]
 # Provenance a reader filters or groups by; the rest stays in each cell's JSON.
 PROVENANCE = ["device", "gpu_name", "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
               "cudnn_version", "backend", "image_digest", "git_revision", "hostname", "cluster_node", "data_source",
@@ -56,7 +58,9 @@ def main(args: argparse.Namespace) -> int:
 def tidy_frame(results_dir: Path, unreadable: list | None = None) -> pd.DataFrame:
     """The run's results, one row per cell and repeat: identity, outcome, metrics, provenance.
     `unreadable` receives the cell files left out (results.Unreadable: each with why)."""
+    from orchestrator.report.ceiling import cpu_peaks
     from orchestrator.report.frame import report_frame
+    from orchestrator.report.metadata import recorded_invocations
     from orchestrator.results import CELLS_FOLDER, METRIC_COLUMNS, derived_metrics, load_cells
     from workloads.common import declaration
 
@@ -67,7 +71,7 @@ def tidy_frame(results_dir: Path, unreadable: list | None = None) -> pd.DataFram
     loaded = load_cells(results_dir)
     if unreadable is not None:
         unreadable += loaded.unreadable
-    frame = report_frame(loaded.results)
+    frame = report_frame(loaded.results, cpu_peaks(recorded_invocations(results_dir)))
     declared = declaration.declared()
     frame["headline_metric"] = [declared[name].headline if name in declared else None for name in frame["workload"]]
     # the headline figure of each row, from the column its workload's declaration names

@@ -28,6 +28,7 @@ other declared metric, each headed by its label and unit and formatted by its un
     tables.py      the ranking, result, not-ranked, reference and details tables, the not-run lists,
                    "what had to be matched"
     chart.py       the SVG bar chart of a group's headline metric
+    ceiling.py     each row's FLOP/s against its device's peak (% of peak), and its chart
     energy.py      the energy columns, a table and throughput-vs-energy chart per workload and group
     steps.py       the small SVG plot of a row's per-step times (warm-up and compilation visible)
     code_view.py   code.html: each workload's implementations side by side, sections aligned

@@ -25,7 +25,7 @@ def chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> st
     """
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
         svg = _chart_svg(summary, workload, chart_id=chart_id)
-    return None if svg is None else _prefixed_ids(svg, chart_id)
+    return None if svg is None else prefixed_ids(svg, chart_id)
 
 
 def _chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> str | None:
@@ -53,6 +53,11 @@ def _chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> s
     axes.margins(x=0.25)
     axes.spines[["top", "right"]].set_visible(False)
 
+    return figure_svg(figure, chart_id)
+
+
+def figure_svg(figure: Figure, chart_id: str) -> str:
+    """A figure as an ``<svg>`` element for inline HTML (its ids not yet prefixed)."""
     buffer = io.StringIO()
     # Real <text> elements (smaller, searchable); fixed ids and no date, so reports are reproducible;
     # no metadata, so the SVG carries no external URIs beyond its namespaces.
@@ -66,7 +71,7 @@ def _chart_svg(summary: pd.DataFrame, workload: Workload, *, chart_id: str) -> s
 _ID = re.compile(r'\bid="([^"]+)"')
 
 
-def _prefixed_ids(svg: str, prefix: str) -> str:
+def prefixed_ids(svg: str, prefix: str) -> str:
     """Every ``id`` in the SVG and every reference to one (``url(#id)``, ``href="#id"``) prefixed."""
     ids = set(_ID.findall(svg))
     if not ids:

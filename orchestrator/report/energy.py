@@ -17,7 +17,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from orchestrator.report.chart import _prefixed_ids
+from orchestrator.report.chart import prefixed_ids
 from orchestrator.report.formatting import format_rate, format_seconds, missing
 from orchestrator.report.gate import ranked
 from orchestrator.report.summary import workload_order
@@ -177,4 +177,4 @@ def chart_svg(rows: pd.DataFrame, *, chart_id: str = CHART_ID) -> str | None:
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"rosetta-{chart_id}"}):
             figure.savefig(buffer, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     svg = buffer.getvalue()
-    return _prefixed_ids(svg[svg.index("<svg"):], chart_id)
+    return prefixed_ids(svg[svg.index("<svg"):], chart_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from orchestrator.report import energy
+from orchestrator.report import ceiling, energy
 from orchestrator.results import to_frame
 from workloads.common import declaration
 from workloads.common import options as framework_options
@@ -32,12 +32,17 @@ NOT_RECORDED = "not recorded"
 NODE_ID_SHOWN = 8  # hex digits of a cluster node's id shown in the report (Ray's are 56)
 
 
-def report_frame(results: list[Result]) -> pd.DataFrame:
-    """``to_frame(results)`` with the report's own columns added (see the module's docstring)."""
+def report_frame(results: list[Result], cpu_peaks: dict[str, dict] | None = None) -> pd.DataFrame:
+    """``to_frame(results)`` with the report's own columns added (see the module's docstring).
+    `cpu_peaks`: the run's CPU probes by CPU model (ceiling.cpu_peaks of run.json), which a CPU
+    result's % of peak is of; without them a CPU row's peak is unknown."""
     frame = to_frame(results)
     frame["init"] = [init_of(result) for result in results]
     frame["options"] = [framework_options.label(result.cell.options or {}) for result in results]
     frame["gpu_model"] = [(result.provenance.gpu or {}).get("name") or None for result in results]
+    # each result's device peak in its precision and its % of peak (ceiling.py)
+    for name, values in ceiling.frame_columns(frame, cpu_peaks or {}).items():
+        frame[name] = values
     frame["cluster_node"] = [cluster_node(result) for result in results]
     # the GRU kernel that ran, as the framework recorded it: part of a GRU row's name (summary.py)
     frame["gru_kernel"] = [result.provenance.extras.get("gru_kernel") or "" for result in results]

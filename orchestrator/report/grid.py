@@ -18,6 +18,7 @@ import math
 
 import pandas as pd
 
+from orchestrator.report import ceiling
 from orchestrator.report.formatting import format_relative, formatter, missing
 from orchestrator.report.groups import GROUP_KEY, group_label, group_order, row_name
 from workloads.common import declaration
@@ -104,11 +105,16 @@ def _cell(row: pd.Series, workload: declaration.Workload) -> dict:
     if row["ranked"]:  # the gate let it through (FAIRNESS.md: ranking-gate)
         relative = row["relative_to_best"]
         repeats = f"median of {row['ok_repeats']} ok repeat{'s' if row['ok_repeats'] != 1 else ''}"
+        peak = ceiling.peak_label(row)
         return {"text": formatter(workload.headline_metric)(row["median"]),
                 "relative": None if missing(relative) else format_relative(relative),
                 "best": bool(row["rank"] == 1),
                 "colour": None if missing(relative) else cell_colour(float(relative)),
-                "title": f"{repeats}; {format_relative(relative)} the column's best"
+                # how close to the device's limit, beside the figure (ceiling.py); a result that records
+                # no FLOP/s (an older schema, a language without the harness) says so in the tables only
+                "peak": None if peak == ceiling.NOT_COUNTED else peak,
+                "title": f"{repeats}; {format_relative(relative)} the column's best; "
+                         f"{ceiling.format_flops(row['achieved_flops_per_s'])}, {peak}"
                          + (f"; {kernel}" if kernel else "") + ("; " + "; ".join(row["flags"]) if row["flags"] else ""),
                 "flagged": bool(row["flags"]),
                 "ranked": True,
@@ -122,7 +128,7 @@ def _cell(row: pd.Series, workload: declaration.Workload) -> dict:
 
 def _plain_cell(text: str, title: str, *, kernel: str | None = None) -> dict:
     return {"text": text, "relative": None, "best": False, "colour": None, "title": title, "flagged": False,
-            "ranked": False, "kernel": kernel, "relative_value": None}
+            "ranked": False, "kernel": kernel, "relative_value": None, "peak": None}
 
 
 def _row_order(cells: dict, workloads: list[str]) -> tuple:

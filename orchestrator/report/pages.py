@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from orchestrator.report import ceiling
 from orchestrator.report.chart import chart_svg
 from orchestrator.report.code_view import code_context
 from orchestrator.report.energy import energy_section
@@ -36,6 +37,10 @@ from workloads.common.declaration import TRAINING
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
+CEILING_NOTE = ("Every ranked row's achieved FLOP/s (its headline rate times the FLOPs per sample counted from the "
+                "model: forward and backward for training, forward for ResNet-50), against the dense peak of its "
+                "device in the precision it ran (a black tick): a GPU's from its datasheet, a CPU's measured by this "
+                "run's probe (run.json); beside each bar its % of peak, or \"peak unknown\". Log scale.")
 REFERENCE_LABEL = ("Published reference (original study, 2018 — other hardware: K80/P100, CUDA 8/cuDNN 6; "
                    "not comparable to this host)")
 
@@ -115,7 +120,7 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
             "reference": reference_table(reference, workload),
             "details": details,
         })
-    metadata = run_metadata(frame) + recorded_order(list(invocations))
+    metadata = run_metadata(frame) + recorded_order(list(invocations)) + ceiling.probe_metadata(list(invocations))
     metadata.append(("Parity check", parity.summary if parity is not None else NO_PARITY_RUN))
     unknown = undeclared(frame["workload"].dropna().unique())
     if unknown:
@@ -135,6 +140,8 @@ def build_context(frame: pd.DataFrame, reference: pd.DataFrame, not_applicable: 
         "language_overhead": overhead_table(summaries),
         "matched": matched_sections(frame),
         "energy": energy_section(frame, summaries, charts=charts),
+        "ceiling_chart": ceiling.chart_svg(summaries) if charts else None,
+        "ceiling_note": CEILING_NOTE,
         "missing_workloads": [name for name in declaration.declared()
                               if name not in summaries and name not in inapplicable],
         "reference_label": REFERENCE_LABEL,
@@ -160,8 +167,8 @@ class WrittenReport:
 
 def _context(results_dir: Path, *, charts: bool = True) -> dict:
     loaded = load_cells(results_dir)
-    frame = report_frame(loaded.results)
     invocations = recorded_invocations(results_dir)
+    frame = report_frame(loaded.results, ceiling.cpu_peaks(invocations))
     context = build_context(frame, load_reference(), not_applicable=recorded_not_applicable(results_dir),
                             unreadable=loaded.unreadable, invocations=invocations, charts=charts,
                             variant_order=_variant_order(), parity=run_record(results_dir))

@@ -33,6 +33,8 @@ CHECK_COLUMNS = ["checks", "ranked", "not_ranked", "flags", "slow_steps", "trace
           "repeat_keys"]
 # cuda_version and cudnn_version as the framework saw them, gpu_driver as the cell recorded it: the
 # sweep view's columns.
+# How close to the device's limit (ceiling.py): medians over the ok repeats, and the peak's source.
+CEILING = ["achieved_flops_per_s", "peak_flops_per_s", "pct_of_peak", "peak_source"]
 DETAILS = ["parameter_count", "device", "gpu_name", "framework_version", "cuda_version", "cudnn_version",
            "gpu_driver"]
 LONGEST_NOTE = 300  # characters; a stderr tail belongs in the JSON, not in a table cell
@@ -44,7 +46,8 @@ def other_metrics(workload: Workload) -> list[declaration.Metric]:
 
 
 def summary_columns(workload: Workload) -> list[str]:
-    return SUMMARY_KEY + STATISTICS + [metric.name for metric in other_metrics(workload)] + CHECK_COLUMNS + DETAILS
+    return (SUMMARY_KEY + STATISTICS + [metric.name for metric in other_metrics(workload)] + CEILING + CHECK_COLUMNS
+            + DETAILS)
 
 
 def workload_order(workloads) -> list[str]:
@@ -114,7 +117,8 @@ def empty_summary(workload: Workload) -> pd.DataFrame:
 def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
     """The report's own columns, defaulted where plain to_frame's frame lacks them, and the devices."""
     frame = frame.copy()
-    defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None}
+    defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None,
+                "peak_flops_per_s": math.nan, "pct_of_peak": math.nan, "peak_source": ""}
     for column, value in defaults.items():
         if column not in frame:
             frame[column] = value
@@ -164,6 +168,8 @@ def _summarise_workload(workload: Workload, rows: pd.DataFrame, parity: ParityRe
             rank=pd.NA,
         )
         record.update({metric.name: _median(usable, metric.name) for metric in other_metrics(workload)})
+        record.update({name: _median(usable, name) for name in CEILING[:-1]},
+                      peak_source=distinct(shown, "peak_source"))
         slow, traced = checks.slow_steps(usable, workload), checks.traces(usable)
         record.update(
             flags=checks.row_flags(record["init"], slow, traced),

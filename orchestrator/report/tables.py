@@ -15,6 +15,7 @@ from typing import Callable
 
 import pandas as pd
 
+from orchestrator.report import ceiling
 from orchestrator.report.formatting import (column_heading, format_count, format_percent, format_published,
                                             format_relative, formatter, missing)
 from orchestrator.report.gate import accuracy_rule, gate_text, parity_text, ranked, reference_parameter_count
@@ -24,6 +25,11 @@ from workloads.common.declaration import Workload
 
 
 RANKING_HEADERS = ("#", "Framework", "Variant")
+# Beside every headline: its achieved FLOP/s and % of the device's peak (ceiling.py), never ranked.
+CEILING_COLUMNS: list[tuple[str, Callable, bool]] = [
+    ("FLOP/s", lambda row: ceiling.format_flops(row["achieved_flops_per_s"]), True),
+    ("% of peak", ceiling.peak_text, True),
+]
 UNSUPPORTED = "unsupported"
 
 
@@ -38,6 +44,7 @@ def ranking_tables(summary: pd.DataFrame, workload: Workload) -> list[dict]:
         ("Framework", lambda row: row["row_name"], False),
         ("Variant", lambda row: row["variant"], False),
         (f"Median {headline.heading}", lambda row: write(row["median"]), True),
+        *CEILING_COLUMNS,
         ("Min–max", lambda row: _format_range(row, write), True),
         ("Spread", lambda row: format_percent(row["relative_spread"]), True),
         ("Repeats", _format_repeats, True),
@@ -97,6 +104,7 @@ def _result_columns(workload: Workload, *, group: bool = False) -> list[tuple[st
     columns += [
         ("Repeats", _format_repeats, True),
         (f"Median {headline.heading}", lambda row: format_headline(row["median"]), True),
+        *CEILING_COLUMNS,
         ("Min–max", lambda row: _format_range(row, format_headline), True),
         ("Spread", lambda row: format_percent(row["relative_spread"]), True),
         ("Relative", lambda row: format_relative(row["relative_to_best"]), True),
@@ -135,7 +143,8 @@ def details_list(summary: pd.DataFrame) -> list[dict]:
     """Per row, the fast paths and provenance it recorded (frame.details), as (label, value) pairs,
     and its ok repeats' per-step times (for the HTML page's step plot)."""
     return [{"row": f"{row['row_name']} · {row['variant']}", "group": row["group_label"],
-             "items": list((row["details"] or {}).items()), "step_series": list(row["step_series"] or [])}
+             "items": list((row["details"] or {}).items()) + list(ceiling.details(row).items()),
+             "step_series": list(row["step_series"] or [])}
             for _, row in summary.iterrows() if row["details"] or row["step_series"]]
 
 

@@ -18,6 +18,8 @@ its forward pass. Standard library only (Python 3.6): every image imports it.
 """
 from typing import Optional, Tuple
 
+from workloads.common.declaration import TRAINING
+
 
 class FlopTrace:
     """One sample's forward pass, walked by its shapes: ``shape`` is (channels, height, width) for
@@ -113,3 +115,30 @@ class FlopTrace:
 def per_sample(workload) -> FlopTrace:
     """A declared workload's (workloads.common.declaration.Workload) FLOPs per sample, counted."""
     return workload.flop_model(workload.settings_for("full"))  # the profile never changes the model
+
+
+def headline_rate(workload) -> str:
+    """The throughput metric a result's achieved FLOP/s is of: a training workload's steady rate
+    (every step after the first: compilation and autotuning are not the model's FLOPs), an
+    inference workload's rate over its timed pass."""
+    return workload.steady or workload.throughput
+
+
+def headline_per_sample(workload) -> int:
+    """FLOPs per sample of the phase ``headline_rate`` times: forward and backward for training,
+    forward alone for inference."""
+    trace = per_sample(workload)
+    return trace.training if workload.kind == TRAINING else trace.forward
+
+
+def record(workload, result) -> None:
+    """Fill in ``result.metrics``' FLOPs per sample and achieved FLOP/s (the measured headline
+    rate times the counted FLOPs): what a % of peak divides by the device's peak. Left None where
+    the workload counts no FLOPs or the rate was not measured (docs/MEASURED.md, FLOP/s)."""
+    if workload.flop_model is None:
+        return
+    metrics = result.metrics
+    metrics.flops_per_sample = float(headline_per_sample(workload))
+    rate = workload.metric(headline_rate(workload)).value(result)
+    if rate is not None:
+        metrics.achieved_flops_per_s = float(rate) * metrics.flops_per_sample

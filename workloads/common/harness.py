@@ -20,7 +20,7 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from workloads.common import canonical, data, hyperparams, options
+from workloads.common import canonical, data, declaration, flops, hyperparams, options
 from workloads.common.provenance import fill_machine_facts, process_threads
 from workloads.common.result import CANONICAL_INIT, Cell, Result
 
@@ -283,6 +283,7 @@ class Run:
             median = float(np.median(samples.batch_times_s))
             metrics.seconds_per_1000_images = median / settings.batch_size * 1000.0
             metrics.images_per_s = settings.batch_size / median
+        flops.record(declaration.get(self.cell.workload), self.result)
         metrics.peak_host_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         self.result.provenance.process_threads = process_threads()
         problem = divergence(samples.first_loss, samples.epoch_losses)

@@ -15,11 +15,11 @@ from typing import Dict, List, Optional, Union
 
 from workloads.common import safe_files
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 1 lacks only fields that have defaults here (init, options, per-step training times,
 # the first loss, trace counts, the wider provenance), version 2 only the phases' wall-clock spans
-# and the host's energy record: both are still read.
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# and the host's energy record, version 3 only the FLOP figures: all are still read.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 # The contract between host and image: exit 0 = result written and ok; EXIT_UNSUPPORTED = the
 # cell cannot run here (the reason is in the result); anything else = failed.
@@ -77,6 +77,11 @@ class Metrics:
     parameter_count: Optional[int] = None
     peak_host_memory_mb: Optional[float] = None
     peak_device_memory_mb: Optional[float] = None
+    # The headline phase's FLOPs per sample, counted from the model (workloads/common/flops.py), and
+    # the measured headline rate times it: training's steady samples/s x forward + backward FLOPs,
+    # inference's images/s x forward FLOPs. What a % of peak divides by the device's peak.
+    flops_per_sample: Optional[float] = None
+    achieved_flops_per_s: Optional[float] = None
 
 
 @dataclass
