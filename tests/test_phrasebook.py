@@ -127,3 +127,53 @@ def test_the_vocabulary_refuses_a_malformed_entry(tmp_path):
     bad.write_text('[[concept]]\nid = "ok"\nmeaning = "x"\nworkloads = ["cnn"]\n[not_expressible.pytorch]\nnope = "y"\n')
     with pytest.raises(UserError, match="not_expressible.pytorch.nope"):
         load_vocabulary(bad)
+
+
+def test_docs_phrasebook_md_is_current(book):
+    """docs/PHRASEBOOK.md is generated: regenerate it with the command its first lines name."""
+    from orchestrator.phrasebook.render import COMMAND, markdown
+
+    page = (ROOT / "docs" / "PHRASEBOOK.md").read_text()
+    assert page == markdown(book), f"docs/PHRASEBOOK.md is stale: run `{COMMAND}`"
+    for concept in book.concepts:
+        assert f"\n## {concept.id}\n" in page
+    # every snippet's link points at its lines, relative to docs/
+    sgd = book.cell("sgd-momentum", "pytorch").snippet
+    assert f"](../{sgd.file}#L{sgd.first_line}-L{sgd.last_line})" in page
+    assert "**chainer**: no compiled mode: Chainer is define-by-run only." in page
+
+
+def _phrasebook_command(*arguments: str, columns: str = "80") -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    environment = dict(os.environ, COLUMNS=columns)
+    return subprocess.run([sys.executable, "-m", "orchestrator", "phrasebook", *arguments], cwd=ROOT,
+                          env=environment, capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_prints_every_snippet_within_80_columns(book):
+    printed = _phrasebook_command()
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    for concept in book.concepts:
+        assert any(line.startswith(f"{concept.id}: ") for line in lines)
+    assert "knet  workloads/resnet50/knet.jl:" in printed.stdout
+    assert "r-keras  workloads/cnn/r_keras.R:" in printed.stdout
+    # the widest snippet line is wrapped, not cut: its last word is still printed
+    assert "fused=policy.fused_optimizer)" in printed.stdout
+
+
+def test_the_command_narrows_to_a_concept_and_frameworks():
+    printed = _phrasebook_command("adam", "--frameworks", "keras-jax,mxnet", columns="60")
+    assert printed.returncode == 0, printed.stderr
+    assert max(map(len, printed.stdout.splitlines())) <= 60
+    assert printed.stdout.startswith("adam: ")
+    assert "keras  workloads/runtime/keras/optimizers.py:" in printed.stdout
+    assert "mxnet  workloads/gru/mxnet.py:" in printed.stdout
+    assert "pytorch  " not in printed.stdout and "sgd-momentum" not in printed.stdout
+    unknown = _phrasebook_command("teleport")
+    assert unknown.returncode == 2 and "no concept 'teleport'" in unknown.stderr and "choose from" in unknown.stderr
+    assert _phrasebook_command("--frameworks", "nope").returncode == 2
+    assert _phrasebook_command("adam", "--markdown", "x.md").returncode == 2

@@ -13,6 +13,7 @@ import functools
 from pathlib import Path
 
 from orchestrator import frameworks
+from orchestrator.parity import REFERENCE
 from orchestrator.phrasebook.markers import LANGUAGES, Snippet, read_markers
 from orchestrator.phrasebook.vocabulary import Concept, Vocabulary, load_vocabulary
 from workloads.common.hyperparams import WORKLOADS
@@ -63,12 +64,13 @@ class Phrasebook:
 
 
 def implementations(root: Path = PROJECT_ROOT) -> list[Implementation]:
-    """Every implementation with workload files, in code.html's order of names (sorted)."""
+    """Every implementation with workload files: the parity check's reference first (every other
+    row matched its outputs), then by name."""
     found = frameworks.discover(root / "images")
     served = frameworks.served_by_module(found)
     workloads_dir = root / "workloads"
     result = []
-    for module, names in sorted(served.items(), key=lambda item: key_of(item[0], item[1])):
+    for module, names in sorted(served.items(), key=lambda item: (REFERENCE not in item[1], key_of(*item))):
         suffix = found[names[0]].language.suffix
         implemented = tuple(workload for workload in WORKLOADS
                             if (workloads_dir / workload / f"{module}.{suffix}").is_file())
