@@ -110,7 +110,7 @@ def html_context(book: Phrasebook, anchors: dict[str, str]) -> dict:
                     entry["link"] = f"#{item.key}/{anchors[snippet.file]}-{snippet.first_line}"
             cells.append(entry)
         rows.append({"id": concept.id, "meaning": concept.meaning, "cells": cells})
-    return {"concepts": rows, "keys": [item.key for item in book.implementations],
+    return {"concepts": rows, "frameworks": [item.key for item in book.implementations],
             "serves": {item.key: list(item.serves) for item in book.implementations}}
 
 
