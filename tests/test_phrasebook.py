@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import re
 import shutil
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,11 @@ def test_the_markers_leave_code_html_s_sections_as_they_were():
             marked = [line for line in text.splitlines() if re.search(r"#\s*(phrase:|end phrase)", line)]
             assert not any(SECTION_MARKER.match(line) for line in marked), file
             assert list(split_sections(text)) == list(split_sections(strip_markers(text))), file
+            if file.endswith(".py"):  # every marker is a comment, none sits inside a string
+                comments = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(text).readline)
+                            if token.type == tokenize.COMMENT and re.search(r"#\s*(phrase:|end phrase)", token.string)}
+                assert comments == {number for number, line in enumerate(text.splitlines(), start=1)
+                                    if line in marked}, file
 
 
 def test_the_vocabulary_refuses_a_malformed_entry(tmp_path):
@@ -162,7 +169,9 @@ def test_the_command_prints_every_snippet_within_80_columns(book):
     assert "knet  workloads/resnet50/knet.jl:" in printed.stdout
     assert "r-keras  workloads/cnn/r_keras.R:" in printed.stdout
     # the widest snippet line is wrapped, not cut: its last word is still printed
-    assert "fused=policy.fused_optimizer)" in printed.stdout
+    widest = max((line for cell in book.cells.values() if cell.snippet for line in cell.snippet.code.splitlines()),
+                 key=len)
+    assert len(widest) > 100 and widest.split()[-1] in printed.stdout
 
 
 def test_the_command_narrows_to_a_concept_and_frameworks():
@@ -177,3 +186,8 @@ def test_the_command_narrows_to_a_concept_and_frameworks():
     assert unknown.returncode == 2 and "no concept 'teleport'" in unknown.stderr and "choose from" in unknown.stderr
     assert _phrasebook_command("--frameworks", "nope").returncode == 2
     assert _phrasebook_command("adam", "--markdown", "x.md").returncode == 2
+
+
+def test_a_julia_line_marker_reads_a_transpose_as_code():
+    julia = "y = f(x',  # phrase: dense\n      z)\nw = 1\n"
+    assert read_markers(julia, "f.jl", "julia").snippets[0].code == "y = f(x',\n      z)"

@@ -28,6 +28,7 @@ BLOCK_CLOSE = re.compile(r"^\s*#\s*end phrase\s*$")
 LINE_MARKER = re.compile(r"\s*#\s*phrase:\s*" + _IDS + r"\s*$")
 LANGUAGES = {".py": "python", ".R": "r", ".jl": "julia"}
 _OPENING, _CLOSING = "([{", ")]}"
+_QUOTES = {"python": "\"'", "r": "\"'", "julia": "\""}  # Julia's ' is also the transpose
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,7 @@ def read_markers(text: str, file: str, language: str) -> FileMarkers:
             if not line[:marker.start()].strip() or line.lstrip().startswith("#"):
                 problems.append(f"{file}:{number}: a `# phrase:` marker after a comment marks no code")
                 continue
-            end = statement_ends.get(number) or _bracket_end(lines, number)
+            end = statement_ends.get(number) or _bracket_end(lines, number, _QUOTES[language])
             snippets += [_snippet(concept, file, lines, number, end, language)
                          for concept in _split(marker.group("ids"))]
     problems += [f"{file}:{start}: `# phrase: {', '.join(ids)}` is never closed by `# end phrase`"
@@ -107,18 +108,18 @@ def _python_statement_ends(text: str) -> dict[int, int]:
     return ends
 
 
-def _bracket_end(lines: list[str], start: int) -> int:
+def _bracket_end(lines: list[str], start: int, quotes: str) -> int:
     """The last line of the expression that starts on line ``start``: the line itself, or the line
     that closes the brackets it leaves open (strings and comments skipped)."""
     depth = 0
     for number in range(start, len(lines) + 1):
-        depth += _bracket_balance(lines[number - 1])
+        depth += _bracket_balance(lines[number - 1], quotes)
         if depth <= 0:
             return number
     return len(lines)
 
 
-def _bracket_balance(line: str) -> int:
+def _bracket_balance(line: str, quotes: str) -> int:
     balance, quote, escaped = 0, None, False
     for char in line:
         if quote:
@@ -128,7 +129,7 @@ def _bracket_balance(line: str) -> int:
                 escaped = True
             elif char == quote:
                 quote = None
-        elif char in "\"'":
+        elif char in quotes:
             quote = char
         elif char == "#":
             break
