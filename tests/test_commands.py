@@ -17,7 +17,7 @@ from workloads.common.result import Result
 from support.records import measured
 
 VERBS = ["run-matrix", "build", "push", "publish", "pull", "compose", "parity", "check-pins", "report", "compare",
-         "export", "list", "doctor"]
+         "export", "phrasebook", "list", "doctor"]
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

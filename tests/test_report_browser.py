@@ -1,5 +1,7 @@
 """report.html and code.html in a real headless Chromium (tests/support/browser.py): they render without
-console errors, the grid is on screen, and code.html shows the pair its address names.
+console errors, the grid is on screen, code.html shows the pair its address names, and its
+phrasebook shows every concept in every framework, filters by concept and framework, and links
+each snippet to its lines in the side-by-side view.
 
 Skipped without Chromium (`apt-get install -y chromium fonts-dejavu-core`), except under
 ROSETTA_REQUIRE_DOCKER=1 (CI), where a missing browser fails."""
@@ -125,3 +127,85 @@ def test_compare_html_renders_without_console_errors_and_shows_the_table(tmp_pat
                                            if tag == "table"]
     assert "worse" in page.dom and "Mann-Whitney U" in page.dom
     assert not any(tag == "img" for tag, _ in elements)  # the option's markup was escaped, never rendered
+
+
+# --- the phrasebook in code.html -------------------------------------------------------------------
+
+def phrase_rows(dom: str) -> dict[str, bool]:
+    """Each phrasebook row's concept, and whether it is shown."""
+    return {attributes["data-concept"]: "hidden" not in attributes for tag, attributes in _Elements(dom).elements
+            if tag == "tr" and "data-concept" in attributes}
+
+
+def phrase_columns(dom: str) -> dict[str, set[str]]:
+    """Per framework column of the phrasebook: whether its cells are shown, hidden, or both."""
+    states: dict[str, set[str]] = {}
+    for tag, attributes in _Elements(dom).elements:
+        if tag in ("td", "th") and "data-phrase-framework" in attributes:
+            states.setdefault(attributes["data-phrase-framework"], set()).add(
+                "hidden" if "hidden" in attributes else "shown")
+    return states
+
+
+def marked_lines(dom: str) -> list[str]:
+    """The ids of the lines a phrasebook link marked in the side-by-side view."""
+    return [attributes["id"] for tag, attributes in _Elements(dom).elements
+            if tag == "a" and "phrase-target" in (attributes.get("class") or "").split()]
+
+
+def test_the_phrasebook_shows_every_concept_in_every_framework(pages):
+    from orchestrator.phrasebook import build
+
+    book = build()
+    page = open_page(pages.code)
+    assert page.console_errors == []
+    assert phrase_rows(page.dom) == {concept.id: True for concept in book.concepts}
+    assert phrase_columns(page.dom) == {item.key: {"shown"} for item in book.implementations}
+    table = page.dom.split('<table class="phrasebook">')[1].split("</table>")[0]
+    assert table.count('class="highlight"') == sum(cell.snippet is not None for cell in book.cells.values())
+    assert "knet.jl:" in table and "r_keras.R:" in table  # Julia's and R's rows, from the same markers
+    assert "no compiled mode: Chainer is define-by-run only" in table
+
+
+def test_the_phrasebook_filters_by_concept_and_framework(pages):
+    chosen = open_page(pages.code, fragment="phrasebook:concepts=adam,dense;frameworks=pytorch,keras-jax")
+    assert chosen.console_errors == []
+    rows = phrase_rows(chosen.dom)
+    assert {concept for concept, shown in rows.items() if shown} == {"adam", "dense"}
+    columns = phrase_columns(chosen.dom)
+    assert {key for key, states in columns.items() if states == {"shown"}} == {"pytorch", "keras"}
+    assert all(states == {"hidden"} for key, states in columns.items() if key not in ("pytorch", "keras"))
+    assert 'data-shown-concepts="2"' in chosen.dom
+    assert body_pair(chosen.dom) == "pytorch,tensorflow"  # the side-by-side pair keeps its default
+    # a user unticking a concept and a framework
+    clicked = open_page(pages.code, script="document.querySelector('#phrase-filter input[value=\"seeding\"]').click();"
+                                           "document.querySelector('#phrase-filter input[value=\"jax\"]').click();")
+    assert clicked.console_errors == []
+    rows = phrase_rows(clicked.dom)
+    assert rows["seeding"] is False and rows["adam"] is True
+    assert phrase_columns(clicked.dom)["jax"] == {"hidden"} and phrase_columns(clicked.dom)["pytorch"] == {"shown"}
+
+
+def test_a_phrasebook_link_opens_its_lines_in_the_side_by_side_view(pages):
+    from orchestrator.phrasebook import build
+
+    snippet = build().cell("sgd-momentum", "mxnet").snippet
+    table = open_page(pages.code).dom.split('<table class="phrasebook">')[1]
+    link = f"#mxnet/code-cnn-mxnet-{snippet.first_line}"
+    assert f'<a href="{link}">{snippet.file}:{snippet.first_line}</a>' in table
+    page = open_page(pages.code, fragment=link[1:])
+    assert page.console_errors == []
+    assert body_pair(page.dom) == "mxnet,tensorflow"  # beside the pair's other implementation
+    assert shown_panes(page.dom)["mxnet"] == {"shown"}
+    assert marked_lines(page.dom) == [f"code-cnn-mxnet-{snippet.first_line}"]
+    # R's lines too
+    r_snippet = build().cell("dropout", "r-keras").snippet
+    r_page = open_page(pages.code, fragment=f"r-keras/code-cnn-r-keras-{r_snippet.first_line}")
+    assert body_pair(r_page.dom) == "r-keras,tensorflow" and f'id="code-cnn-r-keras-{r_snippet.first_line}"' in r_page.dom
+    # and a runtime's lines (the step, the synchronisation: workloads/runtime/), a package's module too
+    for concept, key, module in (("device-sync", "pytorch", ""), ("train-step", "keras", "-loops")):
+        snippet = build().cell(concept, key).snippet
+        anchor = f"code-runtime-{key}{module}-{snippet.first_line}"
+        assert f'<a href="#{key}/{anchor}">{snippet.file}:{snippet.first_line}</a>' in table
+        runtime_page = open_page(pages.code, fragment=f"{key}/{anchor}")
+        assert runtime_page.console_errors == [] and marked_lines(runtime_page.dom) == [anchor]

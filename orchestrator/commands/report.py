@@ -34,5 +34,5 @@ def render(results_dir: Path):
                         f"are kept: fix that, then run `python -m orchestrator report {results_dir}`") from None
     # the like-for-like steady-state ranking, as report.md shows it (from the same reading of the cells)
     console.print(written.ranking, markup=False, highlight=False)
-    console.print(f"report: {written.markdown} and {written.html}; the implementations side by side: {written.code}")
+    console.print(f"report: {written.markdown} and {written.html}; the implementations side by side, and the phrasebook: {written.code}")
     return written

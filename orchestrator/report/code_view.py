@@ -1,12 +1,16 @@
 """The Rosetta view (code.html): each workload's implementations side by side, section by section.
 
-Every ``workloads/<workload>/<framework>.py`` is written with the same sections in the same order,
+Every ``workloads/<workload>/<framework>.py`` (and the R and Julia rows' ``.R`` and ``.jl``) is
+written with the same sections in the same order,
 each opened by a marker line ``# --- <section> ------`` (model, canonical weights, run; some
 frameworks add "loss and optimizer" or their own nets); what comes before the first marker is the
 file's header (its docstring, imports and MATCHED list). The run section is the file's class for the
 scaffold every workload shares (workloads/common/scaffold.py): the steps that are this framework's. The files are read as text from
 this checkout and highlighted with Pygments, never imported (the host imports no framework), and
 their sections are aligned by name, so that two frameworks' models sit side by side.
+
+Each highlighted line carries an anchor, ``code-<workload>-<implementation>-<line>``, which the
+phrasebook (orchestrator/phrasebook/, printed below the implementations) links to.
 
 Next to each implementation: what it had to match (as the run recorded it from the module's
 MATCHED, the report's "What had to be matched"; else read from the file), and the run's measured
@@ -22,9 +26,14 @@ from pathlib import Path
 import pandas as pd
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from pygments.lexers import PythonLexer
+from pygments.lexers import get_lexer_by_name
 
 from orchestrator import frameworks
+from orchestrator.errors import UserError
+from orchestrator.phrasebook import build as build_phrasebook
+from orchestrator.phrasebook.book import key_of
+from orchestrator.phrasebook.markers import LANGUAGES
+from orchestrator.phrasebook.render import html_context as phrasebook_context
 from orchestrator.report.formatting import format_relative, formatter
 from orchestrator.report.groups import device_label
 from orchestrator.report.tables import matched_points
@@ -44,9 +53,10 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
     had to match, the run's figures); the implementations to choose from and the default pair."""
     formatter_ = HtmlFormatter(cssclass=CSS_CLASS, linenos="inline")
     recorded = _recorded_matched(frame)
-    workloads, keys = [], []
+    workloads, keys, anchors, stems = [], [], {}, {}
     for name, workload in declaration.declared().items():
-        files = sorted(path for path in (workloads_dir / name).glob("*.py") if path.name != "__init__.py")
+        files = sorted(path for path in (workloads_dir / name).glob("*")
+                       if path.suffix in LANGUAGES and path.name != "__init__.py")
         if not files:
             continue
         implementations = []
@@ -54,33 +64,79 @@ def code_context(summaries: dict[str, pd.DataFrame], frame: pd.DataFrame, *,
             key = _key(path.stem)
             serves = _frameworks_of(path.stem)
             status = path.stat()
-            text, sections = _highlighted(path, status.st_mtime_ns, status.st_size)
+            file, anchor = f"workloads/{name}/{path.name}", f"code-{name}-{key}"
+            text, sections = _highlighted(path, status.st_mtime_ns, status.st_size, anchor)
             matched, source = _matched(recorded, name, serves, text)
+            anchors[file] = anchor
             implementations.append({
-                "key": key, "serves": serves, "file": f"workloads/{name}/{path.name}",
+                "key": key, "serves": serves, "file": file,
                 "sections": sections,
                 "matched": matched, "matched_source": source,
                 "figures": _figures(summaries.get(name), serves, workload),
             })
             if key not in keys:
                 keys.append(key)
+                stems[key] = path.stem
         workloads.append({"workload": name, "title": workload.title, "description": workload.description,
                           "section_names": aligned([list(item["sections"]) for item in implementations]),
-                          "implementations": implementations})
+                          "implementations": implementations, "runtime": False})
+    runtimes = _runtimes(workloads_dir / "runtime", stems, anchors)
+    if runtimes["implementations"]:
+        workloads.append(runtimes)
     default = [key for key in PREFERRED_PAIR if key in keys]
     default += [key for key in keys if key not in default][:2 - len(default)]
     return {"workloads": workloads, "choices": [{"key": key, "serves": _served(workloads, key)} for key in keys],
-            "default_pair": default, "pygments_css": formatter_.get_style_defs(f".{CSS_CLASS}")}
+            "default_pair": default, "pygments_css": formatter_.get_style_defs(f".{CSS_CLASS}"),
+            **_phrasebook(anchors)}
+
+
+def _runtimes(folder: Path, stems: dict[str, str], anchors: dict[str, str]) -> dict:
+    """The runtimes side by side, as one more block of the page: each implementation's
+    workloads/runtime/<module>.py (or .R, or the package's modules, their sections named by module),
+    split at its own section markers, so that the phrasebook's snippets from the runtimes (the
+    step, the device policy, the synchronisation) have lines to link to."""
+    implementations = []
+    for key, stem in stems.items():
+        files = sorted(path for path in folder.glob(f"{stem}.*") if path.suffix in LANGUAGES)
+        if (folder / stem).is_dir():
+            files += sorted((folder / stem).glob("*.py"))
+        sections: dict[str, str] = {}
+        for path in files:
+            package = path.parent != folder
+            anchor = f"code-runtime-{key}" + (f"-{path.stem}" if package else "")
+            status = path.stat()
+            _, parts = _highlighted(path, status.st_mtime_ns, status.st_size, anchor.replace("_", "-"))
+            anchors[f"workloads/runtime/{path.relative_to(folder)}"] = anchor.replace("_", "-")
+            sections.update({(f"{path.name}: {name}" if package else name): html for name, html in parts.items()})
+        if sections:
+            implementations.append({"key": key, "serves": _frameworks_of(stem), "sections": sections,
+                                    "file": ", ".join(f"workloads/runtime/{path.relative_to(folder)}" for path in files),
+                                    "matched": [], "matched_source": "", "figures": []})
+    return {"workload": "runtime", "title": "The runtimes: device policy, steps and loops",
+            "description": ("What each framework's three workloads share (workloads/runtime/): choosing the device, "
+                            "the training step, evaluation and inference, written once per framework."),
+            "section_names": aligned([list(item["sections"]) for item in implementations]),
+            "implementations": implementations, "runtime": True}
+
+
+def _phrasebook(anchors: dict[str, str]) -> dict:
+    """The phrasebook's part of the page, its snippets linked to the lines above; a vocabulary
+    that cannot be read leaves the page without it, saying why (the implementations still print)."""
+    try:
+        return {"phrasebook": phrasebook_context(build_phrasebook(), anchors), "phrasebook_problem": ""}
+    except UserError as error:
+        return {"phrasebook": None, "phrasebook_problem": str(error)}
 
 
 @functools.lru_cache(maxsize=256)
-def _highlighted(path: Path, modified_ns: int, size: int) -> tuple[str, dict[str, str]]:
-    """A workload file's text and its sections as highlighted HTML. Highlighting is most of what
-    the code view costs: kept per file version (its modification time and size), so a process that
-    writes several reports highlights each file once."""
+def _highlighted(path: Path, modified_ns: int, size: int, anchor: str) -> tuple[str, dict[str, str]]:
+    """A workload file's text and its sections as highlighted HTML, each line anchored as
+    ``<anchor>-<line>``. Highlighting is most of what the code view costs: kept per file version
+    (its modification time and size), so a process that writes several reports highlights each file once."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    return text, {section: highlight(code, PythonLexer(), HtmlFormatter(cssclass=CSS_CLASS, linenos="inline",
-                                                                         linenostart=first_line))
+    lexer = get_lexer_by_name(LANGUAGES[path.suffix])
+    return text, {section: highlight(code, lexer, HtmlFormatter(cssclass=CSS_CLASS, linenos="inline",
+                                                                linenostart=first_line, lineanchors=anchor))
                   for section, (first_line, code) in split_sections(text).items()}
 
 
@@ -136,9 +192,8 @@ def read_matched(text: str) -> list[str]:
 
 def _key(stem: str) -> str:
     """How the page names an implementation: its framework ("mxnet-module"), or "keras" for the
-    one file the Keras 3 rows share."""
-    serves = _frameworks_of(stem)
-    return serves[0] if len(serves) == 1 else stem
+    one file the Keras 3 rows share (the phrasebook's rule, so its columns are these)."""
+    return key_of(stem, _frameworks_of(stem))
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,6 +10,7 @@ script) are errors; console.log and warnings are not.
     page = open_page(Path("report.html"), fragment="pytorch,jax")
     page.console_errors  # [] for a page that ran cleanly
     page.dom             # document.documentElement.outerHTML once the page has loaded
+    open_page(path, script="document.querySelector('input').click()").dom  # after what a user did
 
 ``require_chromium()`` skips the calling test where no Chromium is installed, unless
 ROSETTA_REQUIRE_DOCKER=1 (CI), where a missing browser fails it.
@@ -61,9 +62,11 @@ def require_chromium() -> str:
     pytest.skip(message)
 
 
-def open_page(path: str | os.PathLike, *, fragment: str = "", timeout: float = LOAD_TIMEOUT_S) -> Page:
+def open_page(path: str | os.PathLike, *, fragment: str = "", script: str = "",
+              timeout: float = LOAD_TIMEOUT_S) -> Page:
     """Load ``path`` (a local file, as file://, with ``#fragment`` when given) in headless Chromium;
-    return the errors its console saw and its DOM after the load event."""
+    return the errors its console saw and its DOM after the load event (and after ``script``, run
+    in the page as a user's clicks would be, when given)."""
     executable = chromium()
     if executable is None:
         raise BrowserError(f"no Chromium on PATH ({INSTALL_HINT})")
@@ -80,6 +83,9 @@ def open_page(path: str | os.PathLike, *, fragment: str = "", timeout: float = L
                 raise BrowserError(f"{url}: {navigation['errorText']}")
             browser.wait_for("Page.loadEventFired", session)
             time.sleep(SETTLE_S)
+            if script:
+                browser.call("Runtime.evaluate", {"expression": script}, session=session)
+                time.sleep(SETTLE_S)
             dom = browser.call("Runtime.evaluate", {"expression": "document.documentElement.outerHTML",
                                                     "returnByValue": True}, session=session)["result"]["value"]
             browser.drain()

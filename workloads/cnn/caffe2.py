@@ -32,14 +32,14 @@ def vgg_style_cnn(model, s, policy, is_test: bool, dropout: bool = True):
     options = policy.operator_arguments  # cuDNN and its algorithm search on a GPU
     channels, flat = s.image_shape[0], s.conv2_filters * 8 * 8
 
-    def conv(x, name, cin, cout):  # pad 1 on each side, as PyTorch's padding=1
+    def conv(x, name, cin, cout):  # pad 1 on each side, as PyTorch's padding=1  # phrase: conv3x3-same
         return brew.conv(model, x, name, dim_in=cin, dim_out=cout, kernel=3, pad=1,
                          weight_init=runtime.glorot(cin * 9, cout * 9), bias_init=("ConstantFill", {}), **options)
 
-    def drop(x, name, rate):  # the parity check trains with dropout off
+    def drop(x, name, rate):  # the parity check trains with dropout off  # phrase: dropout
         return brew.dropout(model, x, name, ratio=rate, is_test=is_test) if dropout else x
 
-    def pool(x, name):
+    def pool(x, name):  # phrase: max-pool
         return brew.max_pool(model, x, name, kernel=2, stride=2, **options)
 
     x = brew.relu(model, conv("images", "conv1", channels, s.conv1_filters), "relu1")
@@ -48,9 +48,11 @@ def vgg_style_cnn(model, s, policy, is_test: bool, dropout: bool = True):
     x = brew.relu(model, conv(x, "conv3", s.conv1_filters, s.conv2_filters), "relu3")
     x = brew.relu(model, pool(conv(x, "conv4", s.conv2_filters, s.conv2_filters), "pool4"), "relu4")
     x = drop(x, "drop4", s.dropout_conv)
+    # phrase: flatten, dense
     # FC flattens (N, C, H, W) to (N, C*H*W) in (C, H, W) order, the canonical one
     x = brew.fc(model, x, "dense1", dim_in=flat, dim_out=s.dense_units,
                 weight_init=runtime.glorot(flat, s.dense_units), bias_init=("ConstantFill", {}))
+    # end phrase
     x = drop(brew.relu(model, x, "relu5"), "drop5", s.dropout_dense)
     return brew.fc(model, x, "logits", dim_in=s.dense_units, dim_out=s.classes,  # softmax lives in the loss
                    weight_init=runtime.glorot(s.dense_units, s.classes), bias_init=("ConstantFill", {}))
@@ -62,10 +64,10 @@ def add_loss_and_sgd(model, s) -> str:
     """SoftmaxWithLoss, the batch mean (FAIRNESS.md: softmax-in-loss), its gradient operators, and
     MomentumSGDUpdate: v = m*v + lr*g, w -= v, PyTorch's plain momentum (FAIRNESS.md: framework-defaults).
     Returns what update runs (FAIRNESS.md: fused-optimizers), read from the operators build_sgd added."""
-    _, loss = model.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])
+    _, loss = model.net.SoftmaxWithLoss(["logits", "labels"], ["softmax", "loss"])  # phrase: softmax-cross-entropy
     model.AddGradientOperators([loss])
     before = runtime.count_ops(model.net)
-    optimizer.build_sgd(model, base_learning_rate=s.learning_rate, policy="fixed", momentum=s.momentum,
+    optimizer.build_sgd(model, base_learning_rate=s.learning_rate, policy="fixed", momentum=s.momentum,  # phrase: sgd-momentum
                         nesterov=False)
     added = [op.type for op in model.net.Proto().op[before:]]
     updates = added.count("MomentumSGDUpdate")
@@ -83,7 +85,7 @@ def build(run: Run, policy, dropout: bool = True):
     s = run.settings
     train = model_helper.ModelHelper(name="cnn_train")
     test = model_helper.ModelHelper(name="cnn_test", init_params=False)
-    with core.DeviceScope(policy.device):
+    with core.DeviceScope(policy.device):  # phrase: device-placement
         vgg_style_cnn(train, s, policy, is_test=False, dropout=dropout)
         run.set_provenance(extras={"optimizer": add_loss_and_sgd(train, s)})
         vgg_style_cnn(test, s, policy, is_test=True, dropout=dropout)
@@ -113,7 +115,7 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model, params: dict, policy) -> None:
+def load_canonical(model, params: dict, policy) -> None:  # phrase: load-weights
     arrays = canonical_arrays(params)
     assert set(arrays) == {str(p) for p in model.params}, set(arrays) ^ {str(p) for p in model.params}
     for name, value in arrays.items():

@@ -29,27 +29,29 @@ class VGGStyleCNN(chainer.Chain):
         channels = s.image_shape[0]
         glorot = chainer.initializers.GlorotUniform  # as Keras (Chainer's default is LeCun normal)
         with self.init_scope():
-            self.conv1 = L.Convolution2D(channels, s.conv1_filters, 3, pad=1, initialW=glorot())  # pad=1: "same"
+            self.conv1 = L.Convolution2D(channels, s.conv1_filters, 3, pad=1, initialW=glorot())  # pad=1: "same"  # phrase: conv3x3-same
             self.conv2 = L.Convolution2D(s.conv1_filters, s.conv1_filters, 3, pad=1, initialW=glorot())
             self.conv3 = L.Convolution2D(s.conv1_filters, s.conv2_filters, 3, pad=1, initialW=glorot())
             self.conv4 = L.Convolution2D(s.conv2_filters, s.conv2_filters, 3, pad=1, initialW=glorot())
-            self.dense1 = L.Linear(s.conv2_filters * 8 * 8, s.dense_units, initialW=glorot())
+            self.dense1 = L.Linear(s.conv2_filters * 8 * 8, s.dense_units, initialW=glorot())  # phrase: dense
             self.dense2 = L.Linear(s.dense_units, s.classes, initialW=glorot())  # logits: softmax lives in the loss
 
     def forward(self, images):
         s = self.s
         h = F.relu(self.conv1(images))
         h = self.conv2(h)
+        # phrase: max-pool, dropout
         # F.dropout is active only while chainer.config.train is True
         h = F.dropout(F.relu(F.max_pooling_2d(h, 2, stride=2, cover_all=False)), s.dropout_conv)
+        # end phrase
         h = F.relu(self.conv3(h))
         h = self.conv4(h)
         h = F.dropout(F.relu(F.max_pooling_2d(h, 2, stride=2, cover_all=False)), s.dropout_conv)
-        h = F.dropout(F.relu(self.dense1(h)), s.dropout_dense)  # L.Linear flattens (N, C, H, W) itself
+        h = F.dropout(F.relu(self.dense1(h)), s.dropout_dense)  # L.Linear flattens (N, C, H, W) itself  # phrase: flatten
         return self.dense2(h)
 
 
-def make_optimizer(model, s):
+def make_optimizer(model, s):  # phrase: sgd-momentum
     # Chainer's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
     optimizer = chainer.optimizers.MomentumSGD(lr=s.learning_rate, momentum=s.momentum)
     optimizer.setup(model)
@@ -58,7 +60,7 @@ def make_optimizer(model, s):
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW; dense kernels are stored (out, in)."""
     for name in ("conv1", "conv2", "conv3", "conv4"):
         layer = getattr(model, name)
@@ -87,7 +89,7 @@ class CNNWorkload(runtime.Training):
         return make_optimizer(model, run.settings)
 
     def loss_function(self):
-        return F.softmax_cross_entropy
+        return F.softmax_cross_entropy  # phrase: softmax-cross-entropy
 
 
 IMPLEMENTATION = CNNWorkload()

@@ -31,23 +31,23 @@ MATCHED = (
 
 def vgg_style_cnn(s, dropout: bool = True):
     """The network as a CNTK function of its one input, the images; returns (logits, layers by name)."""
-    def conv(filters):  # pad=True on a 3x3 stride-1 kernel: 1 on each side, as PyTorch's padding=1
+    def conv(filters):  # pad=True on a 3x3 stride-1 kernel: 1 on each side, as PyTorch's padding=1  # phrase: conv3x3-same
         return C.layers.Convolution2D((3, 3), filters, pad=True, activation=None)
 
-    def drop(rate, x):  # the parity check trains with dropout off
+    def drop(rate, x):  # the parity check trains with dropout off  # phrase: dropout
         return C.layers.Dropout(rate)(x) if dropout else x
 
     layers = {"conv1": conv(s.conv1_filters), "conv2": conv(s.conv1_filters),
               "conv3": conv(s.conv2_filters), "conv4": conv(s.conv2_filters),
               "dense1": C.layers.Dense(s.dense_units, activation=None),
               "dense2": C.layers.Dense(s.classes, activation=None)}
-    pool = C.layers.MaxPooling((2, 2), strides=(2, 2))
+    pool = C.layers.MaxPooling((2, 2), strides=(2, 2))  # phrase: max-pool
     images = C.input_variable(s.image_shape, name="images")  # (3, 32, 32); the batch axis is implicit
     x = C.relu(layers["conv1"](images))
     x = drop(s.dropout_conv, C.relu(pool(layers["conv2"](x))))
     x = C.relu(layers["conv3"](x))
     x = drop(s.dropout_conv, C.relu(pool(layers["conv4"](x))))
-    x = C.reshape(x, (s.conv2_filters * 8 * 8,))  # flatten in (C, H, W) order, the canonical one
+    x = C.reshape(x, (s.conv2_filters * 8 * 8,))  # flatten in (C, H, W) order, the canonical one  # phrase: flatten
     x = drop(s.dropout_dense, C.relu(layers["dense1"](x)))
     logits = layers["dense2"](x)  # logits: softmax lives in the loss
     return logits, layers
@@ -55,7 +55,7 @@ def vgg_style_cnn(s, dropout: bool = True):
 
 # --- loss and optimizer ---------------------------------------------------------------------------
 
-def loss(logits, labels):
+def loss(logits, labels):  # phrase: softmax-cross-entropy
     """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss), per sample: the Trainer averages the batch."""
     return C.cross_entropy_with_softmax(logits, labels)
 
@@ -65,7 +65,7 @@ OPTIMIZER = ("built-in: C.momentum_sgd(unit_gain=False), CNTK's C++ momentum lea
              "the plain momentum PyTorch's SGD computes, dampening 0)")
 
 
-def make_learner(logits, s):
+def make_learner(logits, s):  # phrase: sgd-momentum
     """Plain momentum, v = m*v + lr*g, as PyTorch's (FAIRNESS.md: framework-defaults): CNTK's default unit
     gain would scale the gradient by 1 - m; minibatch_size=IGNORE applies the rate to the mean gradient."""
     return C.momentum_sgd(logits.parameters, lr=s.learning_rate, momentum=s.momentum,
@@ -86,7 +86,7 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(layers: dict, params: dict) -> None:
+def load_canonical(layers: dict, params: dict) -> None:  # phrase: load-weights
     for key, value in canonical_arrays(params).items():
         name, weight = key.split(".")
         parameter = getattr(layers[name], weight)

@@ -35,17 +35,17 @@ class VGGStyleCNN(nn.Module):
     def __call__(self, images, train: bool = False):  # images: (N, C, H, W); inference by default
         s = self.s
 
-        def conv(filters, name):  # padding 1 on each side: "same", as PyTorch's padding=1
+        def conv(filters, name):  # padding 1 on each side: "same", as PyTorch's padding=1  # phrase: conv3x3-same
             return nn.Conv(filters, (3, 3), padding=((1, 1), (1, 1)), kernel_init=nn.initializers.glorot_uniform(),
                            dtype=self.dtype, name=name)
 
-        def dense(units, name):
+        def dense(units, name):  # phrase: dense
             return nn.Dense(units, kernel_init=nn.initializers.glorot_uniform(), dtype=self.dtype, name=name)
 
-        def pool(x):
+        def pool(x):  # phrase: max-pool
             return nn.max_pool(x, (2, 2), strides=(2, 2))
 
-        def drop(x, rate):  # off at inference (FAIRNESS.md: eval-mode), and in the parity steps
+        def drop(x, rate):  # off at inference (FAIRNESS.md: eval-mode), and in the parity steps  # phrase: dropout
             return nn.Dropout(rate, deterministic=not train)(x)
 
         x = jnp.transpose(images, (0, 2, 3, 1)).astype(self.dtype)  # -> NHWC
@@ -55,7 +55,7 @@ class VGGStyleCNN(nn.Module):
         x = nn.relu(conv(s.conv2_filters, "conv3")(x))
         x = conv(s.conv2_filters, "conv4")(x)
         x = drop(nn.relu(pool(x)), s.dropout_conv)
-        x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)  # flatten in (C, H, W) order
+        x = jnp.transpose(x, (0, 3, 1, 2)).reshape(x.shape[0], -1)  # flatten in (C, H, W) order  # phrase: flatten
         x = drop(nn.relu(dense(s.dense_units, "dense1")(x)), s.dropout_dense)
         return dense(s.classes, "dense2")(x).astype(jnp.float32)  # logits: softmax lives in the loss
 
@@ -70,19 +70,19 @@ OPTIMIZER = "optax.sgd(momentum=0.9), the plain form v = m*v + g, w -= lr*v"
 
 def make_optimizer(s) -> optax.GradientTransformation:
     # optax's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's.
-    return optax.sgd(s.learning_rate, momentum=s.momentum)
+    return optax.sgd(s.learning_rate, momentum=s.momentum)  # phrase: sgd-momentum
 
 
 def make_loss(model, dropout: bool = True):
     def loss_of(params, images, labels, dropout_key):
         logits = model.apply({"params": params}, images, train=dropout, rngs={"dropout": dropout_key})
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()  # phrase: softmax-cross-entropy
     return loss_of
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(params: dict, canonical_params: dict) -> dict:
+def load_canonical(params: dict, canonical_params: dict) -> dict:  # phrase: load-weights
     """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out). Returns new params."""
     loaded = {}
     for name in ("conv1", "conv2", "conv3", "conv4"):

@@ -27,13 +27,13 @@ MATCHED = (
 # --- model --------------------------------------------------------------------------------------
 
 def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
-    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1
+    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1  # phrase: conv3x3-same
         return layers.Conv2D(filters, 3, padding="same", data_format=data_format, name=name, **options)
 
-    def pool():
+    def pool():  # phrase: max-pool
         return layers.MaxPooling2D(2, 2, data_format=data_format)
 
-    def drop(rate):  # the parity check trains with dropout off
+    def drop(rate):  # the parity check trains with dropout off  # phrase: dropout
         return layers.Dropout(rate if dropout else 0.0)
 
     images = keras.Input(shape=s.image_shape)  # (channels, height, width), as the harness gives them
@@ -46,8 +46,8 @@ def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
     x = drop(s.dropout_conv)(layers.ReLU()(pool()(x)))
     if data_format == "channels_last":
         x = layers.Permute((3, 1, 2))(x)  # flatten in (C, H, W) order, as every other framework
-    x = layers.Flatten()(x)
-    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)
+    x = layers.Flatten()(x)  # phrase: flatten
+    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)  # phrase: dense
     x = drop(s.dropout_dense)(x)
     logits = layers.Dense(s.classes, name="dense2")(x)  # logits: softmax lives in the loss
     return keras.Model(images, logits, name="vgg_style_cnn")
@@ -59,15 +59,15 @@ def compile_model(model: keras.Model, s, policy: runtime.KerasPolicy) -> keras.M
     # jit_compile from the policy: XLA always on JAX, on TensorFlow with option xla=on (a tf.function
     # otherwise), never on torch (eager, as the PyTorch row). The optimizer is each backend's own
     # momentum op where it has one (runtime.sgd_momentum).
-    model.compile(optimizer=runtime.sgd_momentum(learning_rate=s.learning_rate, momentum=s.momentum),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    model.compile(optimizer=runtime.sgd_momentum(learning_rate=s.learning_rate, momentum=s.momentum),  # phrase: compile-step
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),  # phrase: softmax-cross-entropy
                   jit_compile=policy.jit_compile)
     return model
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(model: keras.Model, params: dict) -> None:
+def load_canonical(model: keras.Model, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out)."""
     for name in ("conv1", "conv2", "conv3", "conv4"):
         model.get_layer(name).set_weights([canonical.oihw_to_hwio(params[f"{name}.kernel"]),

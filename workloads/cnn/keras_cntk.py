@@ -32,13 +32,13 @@ MATCHED = (
 # --- model --------------------------------------------------------------------------------------
 
 def vgg_style_cnn(s, dropout: bool = True) -> "keras.Model":
-    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1
+    def conv(filters, name, **options):  # "same": pad 1 on each side, as PyTorch's padding=1  # phrase: conv3x3-same
         return layers.Conv2D(filters, 3, padding="same", data_format="channels_first", name=name, **options)
 
-    def pool():
+    def pool():  # phrase: max-pool
         return layers.MaxPooling2D(2, 2, data_format="channels_first")
 
-    def drop(rate):  # the parity check trains with dropout off
+    def drop(rate):  # the parity check trains with dropout off  # phrase: dropout
         return layers.Dropout(rate if dropout else 0.0)
 
     images = keras.Input(shape=s.image_shape)  # (channels, height, width), as the harness gives them
@@ -48,8 +48,8 @@ def vgg_style_cnn(s, dropout: bool = True) -> "keras.Model":
     x = conv(s.conv2_filters, "conv3", activation="relu")(x)
     x = conv(s.conv2_filters, "conv4")(x)
     x = drop(s.dropout_conv)(layers.Activation("relu")(pool()(x)))
-    x = layers.Flatten(data_format="channels_first")(x)  # Keras 2.2 flattens these maps in (H, W, C) order
-    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)
+    x = layers.Flatten(data_format="channels_first")(x)  # Keras 2.2 flattens these maps in (H, W, C) order  # phrase: flatten
+    x = layers.Dense(s.dense_units, activation="relu", name="dense1")(x)  # phrase: dense
     x = drop(s.dropout_dense)(x)
     logits = layers.Dense(s.classes, name="dense2")(x)  # logits: softmax lives in the loss
     return keras.Model(images, logits, name="vgg_style_cnn")
@@ -62,7 +62,7 @@ OPTIMIZER = runtime.WRITTEN_OUT.format("Keras 2.2's SGD(momentum) (v = m*v - lr*
 
 
 def compile_model(model: "keras.Model", s) -> "keras.Model":
-    model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),
+    model.compile(optimizer=keras.optimizers.SGD(lr=s.learning_rate, momentum=s.momentum),  # phrase: compile-step, sgd-momentum
                   loss=runtime.cross_entropy_from_logits)
     return model
 
@@ -81,7 +81,7 @@ def canonical_arrays(params: dict) -> dict:
     return arrays
 
 
-def load_canonical(model: "keras.Model", params: dict) -> None:
+def load_canonical(model: "keras.Model", params: dict) -> None:  # phrase: load-weights
     for name, weights in canonical_arrays(params).items():
         model.get_layer(name).set_weights(weights)
 

@@ -31,11 +31,11 @@ class VGGStyleCNN(nn.Cell):
     def __init__(self, s):
         super().__init__()
 
-        def conv(in_channels, out_channels):  # padding 1 on each side: "same", as PyTorch's padding=1
+        def conv(in_channels, out_channels):  # padding 1 on each side: "same", as PyTorch's padding=1  # phrase: conv3x3-same
             return nn.Conv2d(in_channels, out_channels, 3, pad_mode="pad", padding=1, has_bias=True,
                              weight_init=XavierUniform(), bias_init="zeros")
 
-        def dense(in_features, out_features):
+        def dense(in_features, out_features):  # phrase: dense
             return nn.Dense(in_features, out_features, weight_init=XavierUniform(), bias_init="zeros")
 
         channels = s.image_shape[0]
@@ -43,13 +43,15 @@ class VGGStyleCNN(nn.Cell):
         self.conv2 = conv(s.conv1_filters, s.conv1_filters)
         self.conv3 = conv(s.conv1_filters, s.conv2_filters)
         self.conv4 = conv(s.conv2_filters, s.conv2_filters)
-        self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.pool = nn.MaxPool2d(kernel_size=2, stride=2)  # phrase: max-pool
         self.relu = nn.ReLU()
+        # phrase: dropout
         # active only after set_train(True) (FAIRNESS.md: eval-mode); one Cell per place, each with its own random stream
         self.dropout1 = nn.Dropout(p=s.dropout_conv)
+        # end phrase
         self.dropout2 = nn.Dropout(p=s.dropout_conv)
         self.dropout3 = nn.Dropout(p=s.dropout_dense)
-        self.flatten = nn.Flatten()  # NCHW: already the canonical (C, H, W) order
+        self.flatten = nn.Flatten()  # NCHW: already the canonical (C, H, W) order  # phrase: flatten
         self.dense1 = dense(s.conv2_filters * 8 * 8, s.dense_units)
         self.dense2 = dense(s.dense_units, s.classes)
 
@@ -64,14 +66,14 @@ class VGGStyleCNN(nn.Cell):
         return self.dense2(x)  # logits: softmax lives in the loss
 
 
-def make_optimizer(network, s):
+def make_optimizer(network, s):  # phrase: sgd-momentum
     # nn.Momentum: v = m*v + g; w -= lr*v, PyTorch's plain momentum.
     return nn.Momentum(network.trainable_params(), learning_rate=s.learning_rate, momentum=s.momentum)
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(network: VGGStyleCNN, params: dict) -> None:
+def load_canonical(network: VGGStyleCNN, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
     for name in ("conv1", "conv2", "conv3", "conv4"):
         layer = getattr(network, name)
@@ -98,7 +100,7 @@ class CNNWorkload(runtime.Training):
         return make_optimizer(network, run.settings)
 
     def loss_function(self):
-        return nn.CrossEntropyLoss()
+        return nn.CrossEntropyLoss()  # phrase: softmax-cross-entropy
 
 
 IMPLEMENTATION = CNNWorkload()

@@ -28,16 +28,16 @@ def vgg_style_cnn(s, dropout=True) -> nn.HybridSequential:
     conv_rate, dense_rate = (s.dropout_conv, s.dropout_dense) if dropout else (0.0, 0.0)  # rate 0: identity
     net = nn.HybridSequential()
     net.add(
-        nn.Conv2D(s.conv1_filters, 3, padding=1, in_channels=channels, weight_initializer=glorot),  # "same"
+        nn.Conv2D(s.conv1_filters, 3, padding=1, in_channels=channels, weight_initializer=glorot),  # "same"  # phrase: conv3x3-same
         nn.Activation("relu"),
         nn.Conv2D(s.conv1_filters, 3, padding=1, in_channels=s.conv1_filters, weight_initializer=glorot),
-        nn.MaxPool2D(2, 2), nn.Activation("relu"), nn.Dropout(conv_rate),
+        nn.MaxPool2D(2, 2), nn.Activation("relu"), nn.Dropout(conv_rate),  # phrase: max-pool, dropout
         nn.Conv2D(s.conv2_filters, 3, padding=1, in_channels=s.conv1_filters, weight_initializer=glorot),
         nn.Activation("relu"),
         nn.Conv2D(s.conv2_filters, 3, padding=1, in_channels=s.conv2_filters, weight_initializer=glorot),
         nn.MaxPool2D(2, 2), nn.Activation("relu"), nn.Dropout(conv_rate),
-        nn.Flatten(),
-        nn.Dense(s.dense_units, in_units=s.conv2_filters * 8 * 8, weight_initializer=glorot),
+        nn.Flatten(),  # phrase: flatten
+        nn.Dense(s.dense_units, in_units=s.conv2_filters * 8 * 8, weight_initializer=glorot),  # phrase: dense
         nn.Activation("relu"), nn.Dropout(dense_rate),
         nn.Dense(s.classes, in_units=s.dense_units, weight_initializer=glorot),  # logits: softmax lives in the loss
     )
@@ -47,18 +47,18 @@ def vgg_style_cnn(s, dropout=True) -> nn.HybridSequential:
 def build(s, context, dropout=True):
     net = vgg_style_cnn(s, dropout)
     net.initialize(ctx=context)
-    net.hybridize(static_alloc=True, static_shape=True)  # one cached graph, memory planned once
+    net.hybridize(static_alloc=True, static_shape=True)  # one cached graph, memory planned once  # phrase: compile-step
     return net
 
 
 def make_trainer(net, s):
     # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
-    return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": s.learning_rate, "momentum": s.momentum})
+    return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": s.learning_rate, "momentum": s.momentum})  # phrase: sgd-momentum
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(net: nn.HybridSequential, params: dict) -> None:
+def load_canonical(net: nn.HybridSequential, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
     convolutions = [layer for layer in net if isinstance(layer, nn.Conv2D)]
     denses = [layer for layer in net if isinstance(layer, nn.Dense)]
@@ -91,7 +91,7 @@ class CNNWorkload(runtime.Training):
         return make_trainer(net, run.settings)
 
     def loss_function(self):
-        return gluon.loss.SoftmaxCrossEntropyLoss()
+        return gluon.loss.SoftmaxCrossEntropyLoss()  # phrase: softmax-cross-entropy
 
 
 IMPLEMENTATION = CNNWorkload()

@@ -25,38 +25,40 @@ MATCHED = (
 
 def vgg_style_cnn(s, dropout=True) -> mx.sym.Symbol:
     """The logits symbol; parameters are named <layer>_weight / <layer>_bias."""
-    def conv(x, name, filters):
+    def conv(x, name, filters):  # phrase: conv3x3-same
         return mx.sym.Convolution(x, num_filter=filters, kernel=(3, 3), pad=(1, 1), name=name)  # "same"
 
-    def drop(x, rate):
+    def drop(x, rate):  # phrase: dropout
         return mx.sym.Dropout(x, p=rate) if dropout else x  # active only in forward(is_train=True)
 
     x = mx.sym.var("data")
     x = mx.sym.relu(conv(x, "conv1", s.conv1_filters))
     x = conv(x, "conv2", s.conv1_filters)
-    x = drop(mx.sym.relu(mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max")), s.dropout_conv)
+    x = drop(mx.sym.relu(mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max")), s.dropout_conv)  # phrase: max-pool
     x = mx.sym.relu(conv(x, "conv3", s.conv2_filters))
     x = conv(x, "conv4", s.conv2_filters)
     x = drop(mx.sym.relu(mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max")), s.dropout_conv)
-    x = mx.sym.Flatten(x)
-    x = drop(mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=s.dense_units, name="dense1")), s.dropout_dense)
+    x = mx.sym.Flatten(x)  # phrase: flatten
+    x = drop(mx.sym.relu(mx.sym.FullyConnected(x, num_hidden=s.dense_units, name="dense1")), s.dropout_dense)  # phrase: dense
     return mx.sym.FullyConnected(x, num_hidden=s.classes, name="dense2")  # logits: softmax lives in the loss
 
 
 def build(s, context, batch_size, dropout=True) -> mx.mod.Module:
-    module = mx.mod.Module(mx.sym.SoftmaxOutput(vgg_style_cnn(s, dropout), name="softmax"),
+    module = mx.mod.Module(mx.sym.SoftmaxOutput(vgg_style_cnn(s, dropout), name="softmax"),  # phrase: softmax-cross-entropy, device-placement
                            data_names=("data",), label_names=("softmax_label",), context=context)
-    module.bind(data_shapes=[("data", (batch_size, *s.image_shape))], label_shapes=[("softmax_label", (batch_size,))])
+    module.bind(data_shapes=[("data", (batch_size, *s.image_shape))], label_shapes=[("softmax_label", (batch_size,))])  # phrase: compile-step
     module.init_params(mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3))  # Glorot uniform
+    # phrase: sgd-momentum
     # MXNet's momentum: v = m*v - lr*g; w += v. For a constant lr this is PyTorch's plain form.
     # The Module sets rescale_grad = 1/batch_size itself.
     module.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": s.learning_rate, "momentum": s.momentum})
+    # end phrase
     return module
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(module: mx.mod.Module, params: dict) -> None:
+def load_canonical(module: mx.mod.Module, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW; dense weights are stored (out, in)."""
     arguments = {}
     for name in ("conv1", "conv2", "conv3", "conv4", "dense1", "dense2"):

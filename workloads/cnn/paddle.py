@@ -46,24 +46,24 @@ class VGGStyleCNN(nn.Layer):
         # what dense1 reads, (C, H, W): the last convolution's channels after two 2x2 pools
         self.flattened = (s.conv2_filters, s.image_shape[1] // 4, s.image_shape[2] // 4)
 
-        def conv(in_channels, out_channels):  # padding=1: "same"
+        def conv(in_channels, out_channels):  # padding=1: "same"  # phrase: conv3x3-same
             return nn.Conv2D(in_channels, out_channels, 3, padding=1, weight_attr=glorot_uniform(), bias_attr=zeros(),
                              data_format=data_format)
 
-        def pool():
+        def pool():  # phrase: max-pool
             return nn.MaxPool2D(2, 2, data_format=data_format)
 
-        def dense(in_features, out_features):
+        def dense(in_features, out_features):  # phrase: dense
             return nn.Linear(in_features, out_features, weight_attr=glorot_uniform(), bias_attr=zeros())
 
         self.layers = nn.Sequential(
             conv(channels, s.conv1_filters), nn.ReLU(),
             conv(s.conv1_filters, s.conv1_filters),
-            pool(), nn.ReLU(), nn.Dropout(s.dropout_conv),
+            pool(), nn.ReLU(), nn.Dropout(s.dropout_conv),  # phrase: dropout
             conv(s.conv1_filters, s.conv2_filters), nn.ReLU(),
             conv(s.conv2_filters, s.conv2_filters),
             pool(), nn.ReLU(), nn.Dropout(s.dropout_conv),
-            nn.Flatten(),  # NCHW: (C, H, W) order, canonical; NHWC: (H, W, C)
+            nn.Flatten(),  # NCHW: (C, H, W) order, canonical; NHWC: (H, W, C)  # phrase: flatten
             dense(int(np.prod(self.flattened)), s.dense_units), nn.ReLU(), nn.Dropout(s.dropout_dense),
             dense(s.dense_units, s.classes),  # logits: softmax lives in the loss
         )
@@ -74,7 +74,7 @@ class VGGStyleCNN(nn.Layer):
         return self.layers(images)
 
 
-def make_optimizer(model, s):
+def make_optimizer(model, s):  # phrase: sgd-momentum
     # Paddle's momentum is the plain form v = m*v + g; w -= lr*v, as PyTorch's. use_multi_tensor: one
     # merged_momentum_ op updates every parameter (the same update, FAIRNESS.md: optimizers).
     return paddle.optimizer.Momentum(learning_rate=s.learning_rate, momentum=s.momentum, use_nesterov=False,
@@ -83,7 +83,7 @@ def make_optimizer(model, s):
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW (in either layout); dense kernels are already (in, out).
     NHWC flattens (H, W, C): dense1's rows are permuted to that order."""
     convolutions = [layer for layer in model.layers if isinstance(layer, nn.Conv2D)]
@@ -112,7 +112,7 @@ class CNNWorkload(runtime.Training):
         return make_optimizer(model, run.settings)
 
     def loss_function(self):
-        return nn.CrossEntropyLoss()
+        return nn.CrossEntropyLoss()  # phrase: softmax-cross-entropy
 
 
 IMPLEMENTATION = CNNWorkload()

@@ -25,14 +25,14 @@ class VGGStyleCNN(nn.Module):
         super().__init__()
         channels = s.image_shape[0]
         self.layers = nn.Sequential(
-            nn.Conv2d(channels, s.conv1_filters, 3, padding=1), nn.ReLU(),  # padding=1: "same"
+            nn.Conv2d(channels, s.conv1_filters, 3, padding=1), nn.ReLU(),  # padding=1: "same"  # phrase: conv3x3-same
             nn.Conv2d(s.conv1_filters, s.conv1_filters, 3, padding=1),
-            nn.MaxPool2d(2, 2), nn.ReLU(), nn.Dropout(s.dropout_conv),
+            nn.MaxPool2d(2, 2), nn.ReLU(), nn.Dropout(s.dropout_conv),  # phrase: max-pool, dropout
             nn.Conv2d(s.conv1_filters, s.conv2_filters, 3, padding=1), nn.ReLU(),
             nn.Conv2d(s.conv2_filters, s.conv2_filters, 3, padding=1),
             nn.MaxPool2d(2, 2), nn.ReLU(), nn.Dropout(s.dropout_conv),
-            nn.Flatten(),
-            nn.Linear(s.conv2_filters * 8 * 8, s.dense_units), nn.ReLU(), nn.Dropout(s.dropout_dense),
+            nn.Flatten(),  # phrase: flatten
+            nn.Linear(s.conv2_filters * 8 * 8, s.dense_units), nn.ReLU(), nn.Dropout(s.dropout_dense),  # phrase: dense
             nn.Linear(s.dense_units, s.classes),  # logits: softmax lives in the loss
         )
         for layer in self.layers:
@@ -47,13 +47,13 @@ class VGGStyleCNN(nn.Module):
 def make_optimizer(model, s, policy):
     # PyTorch's momentum is the plain form v = m*v + g; w -= lr*v (no dampening, no unit gain).
     # fused: PyTorch's fused kernel where it has one (runtime.TorchPolicy; FAIRNESS.md: fused optimizers).
-    return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,
+    return torch.optim.SGD(model.parameters(), lr=s.learning_rate, momentum=s.momentum,  # phrase: sgd-momentum
                            fused=policy.fused_optimizer)
 
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels are already OIHW; dense kernels are stored (out, in)."""
     convolutions = [layer for layer in model.layers if isinstance(layer, nn.Conv2d)]
     denses = [layer for layer in model.layers if isinstance(layer, nn.Linear)]
@@ -81,7 +81,7 @@ class CNNWorkload(runtime.Training):
         return make_optimizer(model, run.settings, policy)
 
     def loss_function(self):
-        return nn.CrossEntropyLoss()
+        return nn.CrossEntropyLoss()  # phrase: softmax-cross-entropy
 
 
 IMPLEMENTATION = CNNWorkload()

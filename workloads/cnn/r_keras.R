@@ -19,10 +19,12 @@ MATCHED <- c(
 # --- model --------------------------------------------------------------------------------------
 
 vgg_style_cnn <- function(s, data_format, dropout = TRUE) {
+  # phrase: conv3x3-same
   conv <- function(x, filters, name, activation = NULL)  # "same": pad 1 on each side, as PyTorch's padding=1
     layer_conv_2d(x, filters, 3L, padding = "same", activation = activation, data_format = data_format, name = name)
-  pool <- function(x) layer_max_pooling_2d(x, 2L, 2L, data_format = data_format)
-  drop <- function(x, rate) layer_dropout(x, if (dropout) rate else 0)  # the parity check trains with dropout off
+  # end phrase
+  pool <- function(x) layer_max_pooling_2d(x, 2L, 2L, data_format = data_format)  # phrase: max-pool
+  drop <- function(x, rate) layer_dropout(x, if (dropout) rate else 0)  # the parity check trains with dropout off  # phrase: dropout
 
   images <- layer_input(shape = s$image_shape)  # (channels, height, width), as the harness gives them
   x <- if (data_format == "channels_first") images else layer_permute(images, c(2, 3, 1))  # -> NHWC
@@ -33,18 +35,20 @@ vgg_style_cnn <- function(s, data_format, dropout = TRUE) {
     conv(s$conv2_filters, "conv3", activation = "relu") |>
     conv(s$conv2_filters, "conv4") |>
     pool() |> layer_activation_relu() |> drop(s$dropout_conv)
+  # phrase: flatten, dense
   if (data_format == "channels_last") x <- layer_permute(x, c(3, 1, 2))  # flatten in (C, H, W) order
   logits <- x |>
     layer_flatten() |>
     layer_dense(s$dense_units, activation = "relu", name = "dense1") |>
     drop(s$dropout_dense) |>
     layer_dense(s$classes, name = "dense2")  # logits: softmax lives in the loss
+  # end phrase
   keras_model(images, logits, name = "vgg_style_cnn")
 }
 
 # --- loss and optimizer -------------------------------------------------------------------------
 
-compile_model <- function(model, s, policy) {
+compile_model <- function(model, s, policy) {  # phrase: compile-step, sgd-momentum, softmax-cross-entropy
   model$compile(optimizer = runtime$sgd_momentum(learning_rate = s$learning_rate, momentum = s$momentum),
                 loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE),
                 jit_compile = policy$jit_compile)
@@ -53,7 +57,7 @@ compile_model <- function(model, s, policy) {
 
 # --- canonical weights --------------------------------------------------------------------------
 
-load_canonical <- function(model, params) {
+load_canonical <- function(model, params) {  # phrase: load-weights
   params <- canonical_list(params)
   for (name in c("conv1", "conv2", "conv3", "conv4"))  # kernels OIHW -> HWIO
     set_layer_weights(model, name, oihw_to_hwio(params[[paste0(name, ".kernel")]]), params[[paste0(name, ".bias")]])

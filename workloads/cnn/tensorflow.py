@@ -45,12 +45,12 @@ class VGGStyleCNN(tf.Module):
         self.dense1 = dense(flat, s.dense_units)
         self.dense2 = dense(s.dense_units, s.classes)
 
-    def _conv(self, x, layer):
+    def _conv(self, x, layer):  # phrase: conv3x3-same
         kernel, bias = layer
         x = tf.nn.conv2d(x, kernel, strides=1, padding="SAME", data_format=self.layout)  # 3x3, stride 1: symmetric
         return tf.nn.bias_add(x, bias, data_format=self.layout)
 
-    def _pool(self, x):
+    def _pool(self, x):  # phrase: max-pool
         return tf.nn.max_pool2d(x, ksize=2, strides=2, padding="VALID", data_format=self.layout)
 
     def __call__(self, images, training: bool = False):  # images: (N, C, H, W), the canonical layout
@@ -58,16 +58,20 @@ class VGGStyleCNN(tf.Module):
         x = tf.transpose(images, [0, 2, 3, 1]) if self.layout == "NHWC" else images
         x = tf.nn.relu(self._conv(x, self.conv1))
         x = tf.nn.relu(self._pool(self._conv(x, self.conv2)))
+        # phrase: dropout
         if training:
             x = tf.nn.dropout(x, self.dropout_conv)
+        # end phrase
         x = tf.nn.relu(self._conv(x, self.conv3))
         x = tf.nn.relu(self._pool(self._conv(x, self.conv4)))
         if training:
             x = tf.nn.dropout(x, self.dropout_conv)
+        # phrase: flatten
         if self.layout == "NHWC":
             x = tf.transpose(x, [0, 3, 1, 2])  # flatten in (channels, height, width) order
         x = tf.reshape(x, [tf.shape(x)[0], -1])
-        x = tf.nn.relu(tf.matmul(x, self.dense1[0]) + self.dense1[1])
+        # end phrase
+        x = tf.nn.relu(tf.matmul(x, self.dense1[0]) + self.dense1[1])  # phrase: dense
         if training:
             x = tf.nn.dropout(x, self.dropout_dense)
         return tf.matmul(x, self.dense2[0]) + self.dense2[1]  # logits: softmax lives in the loss
@@ -90,7 +94,7 @@ class SGDMomentum(tf.Module):
         self.learning_rate, self.momentum = learning_rate, momentum
         self.velocities = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
 
-    def apply(self, gradients, variables):
+    def apply(self, gradients, variables):  # phrase: sgd-momentum
         for gradient, velocity, variable in zip(gradients, self.velocities, variables):
             tf.raw_ops.ResourceApplyMomentum(
                 var=variable.handle, accum=velocity.handle, lr=tf.constant(self.learning_rate, variable.dtype),
@@ -103,7 +107,7 @@ def make_optimizer(model, s):
 
 # --- canonical weights --------------------------------------------------------------------------
 
-def load_canonical(model: VGGStyleCNN, params: dict) -> None:
+def load_canonical(model: VGGStyleCNN, params: dict) -> None:  # phrase: load-weights
     """Convolution kernels OIHW -> HWIO; dense kernels are already (in, out), in NCHW row order."""
     for name in ("conv1", "conv2", "conv3", "conv4"):
         kernel, bias = getattr(model, name)

@@ -38,11 +38,11 @@ def gru_classifier(model, s):
     """Add the network to `model`: blobs "tokens" (time, batch) int32, "seq_lengths", "h0" in; "logits" out."""
     embeddings = model.create_param("embeddings", shape=[s.vocabulary, s.embedding_size],
                                     initializer=Initializer("UniformFill", min=-0.05, max=0.05))
-    x = model.net.Gather([embeddings, "tokens"], "embedded")  # (time, batch, embedding_size)
+    x = model.net.Gather([embeddings, "tokens"], "embedded")  # (time, batch, embedding_size)  # phrase: embedding
     # linear_before_reset=True: the reset gate scales (h U_n + b_hn), the cuDNN / canonical form
-    _, last = gru_cell.GRU(model, x, "seq_lengths", ["h0"], dim_in=s.embedding_size, dim_out=s.hidden_size,
+    _, last = gru_cell.GRU(model, x, "seq_lengths", ["h0"], dim_in=s.embedding_size, dim_out=s.hidden_size,  # phrase: gru
                            scope="gru", outputs_with_grads=(1,), linear_before_reset=True)
-    last = model.net.Squeeze(last, "last", dims=[0])  # (1, batch, hidden) -> (batch, hidden)
+    last = model.net.Squeeze(last, "last", dims=[0])  # (1, batch, hidden) -> (batch, hidden)  # phrase: last-time-step
     return brew.fc(model, last, "logits", dim_in=s.hidden_size, dim_out=s.classes)  # softmax lives in the loss
 
 
@@ -68,7 +68,7 @@ def add_loss_and_adam(model, s) -> str:
         added, len(model.params), WHY_WRITTEN_OUT)
 
 
-def add_adam(model, gradients: dict, s) -> None:
+def add_adam(model, gradients: dict, s) -> None:  # phrase: adam
     """Adam as PyTorch computes it, w -= lr * m_hat / (sqrt(v_hat) + eps), for every parameter."""
     init, net = model.param_init_net, model.net
 

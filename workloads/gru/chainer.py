@@ -32,21 +32,21 @@ class GRUClassifier(chainer.Chain):
     def __init__(self, s):
         super().__init__()
         with self.init_scope():
-            self.embedding = L.EmbedID(s.vocabulary, s.embedding_size)
+            self.embedding = L.EmbedID(s.vocabulary, s.embedding_size)  # phrase: embedding
             # one layer, unidirectional, no dropout; cuDNN's fused GRU on a GPU
-            self.gru = L.NStepGRU(1, s.embedding_size, s.hidden_size, dropout=0.0)
+            self.gru = L.NStepGRU(1, s.embedding_size, s.hidden_size, dropout=0.0)  # phrase: gru
             self.dense = L.Linear(s.hidden_size, s.classes)
         self.gru_kernel = None  # what the GRU ran, read from the first graph built (runtime.gru_kernel_of)
 
     def forward(self, tokens):  # tokens: (batch, time) int32
         sequences = F.separate(self.embedding(tokens), axis=0)  # batch x (time, embedding)
-        last, _ = self.gru(None, list(sequences))  # final hidden state: (layers, batch, hidden)
+        last, _ = self.gru(None, list(sequences))  # final hidden state: (layers, batch, hidden)  # phrase: last-time-step
         if self.gru_kernel is None:
             self.gru_kernel = runtime.gru_kernel_of(last)  # cuDNN's node or the per-step loop's; None without a graph
         return self.dense(last[-1])
 
 
-class PaperAdam(chainer.optimizers.Adam):
+class PaperAdam(chainer.optimizers.Adam):  # phrase: adam
     """Chainer's Adam with PyTorch's (the Adam paper's) epsilon placement.
 
     Chainer computes alpha_t * m / (sqrt(v) + eps) with alpha_t = alpha * sqrt(1 - beta2^t) / (1 - beta1^t);

@@ -62,8 +62,8 @@ def gru_classifier(s, fused: bool):
                "dense.kernel": C.parameter(init=start["dense.kernel"]),
                "dense.bias": C.parameter(init=start["dense.bias"])}
     tokens = C.sequence.input_variable((), name="tokens")  # one word index per step
-    x = C.gather(weights["embedding.embeddings"], tokens)  # (embedding_size,) per step
-    if fused:  # cuDNN's GRU: one packed weight, its size inferred from the input (FAIRNESS.md: fused-rnn)
+    x = C.gather(weights["embedding.embeddings"], tokens)  # (embedding_size,) per step  # phrase: embedding
+    if fused:  # cuDNN's GRU: one packed weight, its size inferred from the input (FAIRNESS.md: fused-rnn)  # phrase: gru
         weights["gru.packed"] = C.parameter((C.InferredDimension, hidden))
         outputs = C.optimized_rnnstack(x, weights["gru.packed"], hidden, 1, recurrent_op="gru")
         weights["gru.packed"].value = runtime.pack_cudnn_gru(start["gru.kernel"], start["gru.recurrent_kernel"],
@@ -83,8 +83,8 @@ def gru_classifier(s, fused: bool):
             return (1 - z) * n + z * h
 
         outputs = C.layers.Recurrence(gru_step)(projected)  # h0 = 0
-    last = C.sequence.last(outputs)  # the last time step's output
-    logits = C.times(last, weights["dense.kernel"]) + weights["dense.bias"]  # softmax lives in the loss
+    last = C.sequence.last(outputs)  # the last time step's output  # phrase: last-time-step
+    logits = C.times(last, weights["dense.kernel"]) + weights["dense.bias"]  # softmax lives in the loss  # phrase: dense
     return logits, weights
 
 
@@ -95,7 +95,7 @@ def loss(logits, labels):
     return C.cross_entropy_with_softmax(logits, labels)
 
 
-def adam(parameters, gradients, s, batch_size: int):
+def adam(parameters, gradients, s, batch_size: int):  # phrase: adam
     """Adam as PyTorch computes it, w -= lr * m_hat / (sqrt(v_hat) + eps), in CNTK ops (C.universal).
 
     C.universal hands this update the gradient summed over the minibatch's samples (CNTK's built-in

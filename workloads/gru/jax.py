@@ -29,7 +29,7 @@ MATCHED = (
 
 # --- model --------------------------------------------------------------------------------------
 
-class GRU(nn.Module):
+class GRU(nn.Module):  # phrase: gru
     """One GRU layer over (time, batch, features); returns the last time step's output (batch, hidden)."""
 
     hidden: int
@@ -56,7 +56,7 @@ class GRU(nn.Module):
             return h, None
 
         h0 = jnp.zeros((x.shape[1], hidden), x.dtype)
-        last, _ = jax.lax.scan(step, h0, projected)
+        last, _ = jax.lax.scan(step, h0, projected)  # phrase: last-time-step
         return last
 
 
@@ -67,7 +67,7 @@ class GRUClassifier(nn.Module):
     @nn.compact
     def __call__(self, tokens):  # tokens: (batch, time)
         s = self.s
-        embed = nn.Embed(s.vocabulary, s.embedding_size, embedding_init=_uniform(0.05), dtype=self.dtype,
+        embed = nn.Embed(s.vocabulary, s.embedding_size, embedding_init=_uniform(0.05), dtype=self.dtype,  # phrase: embedding
                          name="embedding")
         x = embed(jnp.transpose(tokens))  # time-major (TNC), the RNN layout of cuDNN (FAIRNESS.md: layouts)
         x = GRU(s.hidden_size, self.dtype, name="gru")(x)
@@ -92,7 +92,7 @@ OPTIMIZER = "optax.adam(eps_root=0), epsilon after sqrt(v_hat) as PyTorch"
 
 def make_optimizer(s) -> optax.GradientTransformation:
     # optax adds epsilon after the square root of v-hat (eps_root=0), as PyTorch and the Adam paper.
-    return optax.adam(s.learning_rate, b1=s.beta1, b2=s.beta2, eps=s.epsilon, eps_root=0.0)
+    return optax.adam(s.learning_rate, b1=s.beta1, b2=s.beta2, eps=s.epsilon, eps_root=0.0)  # phrase: adam
 
 
 def make_loss(model):

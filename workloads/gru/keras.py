@@ -36,10 +36,10 @@ MATCHED = (
 
 def gru_classifier(s) -> keras.Model:
     tokens = keras.Input(shape=(s.sequence_length,), dtype="int32")  # (batch, time)
-    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)
+    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)  # phrase: embedding
     # reset_after=True (Keras' default): reset gate applied after the recurrent matmul, two
     # bias vectors per gate, the form cuDNN implements. Returns the last time step's output.
-    x = layers.GRU(s.hidden_size, reset_after=True, name="gru")(x)
+    x = layers.GRU(s.hidden_size, reset_after=True, name="gru")(x)  # phrase: gru, last-time-step
     logits = layers.Dense(s.classes, name="dense")(x)  # logits: softmax lives in the loss
     return keras.Model(tokens, logits, name="gru_classifier")
 

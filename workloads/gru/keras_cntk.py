@@ -37,17 +37,17 @@ MATCHED = (
 
 def gru_classifier(s) -> "keras.Model":
     tokens = keras.Input(shape=(s.sequence_length,), dtype="int32")  # (batch, time)
-    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)
+    x = layers.Embedding(s.vocabulary, s.embedding_size, name="embedding")(tokens)  # phrase: embedding
     # reset_after=True: reset gate applied after the recurrent matmul, two bias vectors per gate,
     # the form cuDNN implements; sigmoid gates (Keras 2.2 defaults to a hard sigmoid).
-    x = layers.GRU(s.hidden_size, reset_after=True, recurrent_activation="sigmoid", name="gru")(x)
+    x = layers.GRU(s.hidden_size, reset_after=True, recurrent_activation="sigmoid", name="gru")(x)  # phrase: gru, last-time-step
     logits = layers.Dense(s.classes, name="dense")(x)  # logits: softmax lives in the loss
     return keras.Model(tokens, logits, name="gru_classifier")
 
 
 # --- loss and optimizer -------------------------------------------------------------------------
 
-class Adam(keras.optimizers.Adam):
+class Adam(keras.optimizers.Adam):  # phrase: adam
     """Keras 2.2's Adam with epsilon added to sqrt(v-hat), as the Adam paper's Algorithm 1 and PyTorch.
 
     Keras' own update, w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v) + eps), is the paper's "efficient"

@@ -30,18 +30,18 @@ MATCHED = (
 class GRUClassifier(nn.Cell):
     def __init__(self, s):
         super().__init__()
-        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size, embedding_table=Uniform(0.05))
+        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size, embedding_table=Uniform(0.05))  # phrase: embedding
         # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). MindSpore's GRU is the cuDNN form:
         # reset gate applied after the recurrent matmul, two bias vectors per gate.
-        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)
+        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)  # phrase: gru
         self.dense = nn.Dense(s.hidden_size, s.classes)
 
     def construct(self, tokens):  # tokens: (batch, time)
         outputs, _ = self.gru(self.embedding(tokens.T))  # (time, batch, hidden); h0 = 0
-        return self.dense(outputs[-1])  # the last time step's output; logits: softmax lives in the loss
+        return self.dense(outputs[-1])  # the last time step's output; logits: softmax lives in the loss  # phrase: last-time-step
 
 
-def make_optimizer(model, s):
+def make_optimizer(model, s):  # phrase: adam
     # The built-in ApplyAdam op per parameter, epsilon added after the square root of v-hat as PyTorch and
     # the Adam paper (FAIRNESS.md: optimizers): runtime.Adam hands ops.Adam the epsilon that makes it so.
     return runtime.Adam(model.trainable_params(), lr=s.learning_rate, betas=(s.beta1, s.beta2), eps=s.epsilon)

@@ -28,16 +28,18 @@ class GRUClassifier(nn.HybridBlock):
     def __init__(self, s, **kwargs):
         super().__init__(**kwargs)
         with self.name_scope():
-            self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
+            self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)  # phrase: embedding
             # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). MXNet's GRU is the cuDNN form:
             # reset gate applied after the recurrent matmul, two bias vectors per gate.
-            self.gru = rnn.GRU(s.hidden_size, num_layers=1, layout="TNC", input_size=s.embedding_size)
+            self.gru = rnn.GRU(s.hidden_size, num_layers=1, layout="TNC", input_size=s.embedding_size)  # phrase: gru
             self.dense = nn.Dense(s.classes, in_units=s.hidden_size, flatten=False)
 
     def hybrid_forward(self, F, tokens):  # tokens: (batch, time)
         outputs = self.gru(self.embedding(F.transpose(tokens)))  # (time, batch, hidden); h0 = 0
+        # phrase: last-time-step
         # the last time step's output (slice_axis: SequenceLast's CPU backward crashes in MXNet 1.9.1)
         return self.dense(F.squeeze(F.slice_axis(outputs, axis=0, begin=-1, end=None), axis=0))
+        # end phrase
 
 
 def build(s, context):
@@ -50,7 +52,7 @@ def build(s, context):
 def make_trainer(model, s):
     # runtime.PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper
     # (stock MXNet "adam" adds it to the uncorrected sqrt(v)).
-    return gluon.Trainer(model.collect_params(), "pytorchadam",
+    return gluon.Trainer(model.collect_params(), "pytorchadam",  # phrase: adam
                          {"learning_rate": s.learning_rate, "beta1": s.beta1, "beta2": s.beta2, "epsilon": s.epsilon})
 
 

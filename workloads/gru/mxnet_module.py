@@ -30,14 +30,14 @@ def gru_classifier(s) -> mx.sym.Symbol:
     """The logits symbol: embedding_weight, gru_parameters (packed), dense_weight, dense_bias."""
     tokens = mx.sym.var("data")  # (batch, time)
     # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts)
-    embedded = mx.sym.Embedding(mx.sym.transpose(tokens), input_dim=s.vocabulary, output_dim=s.embedding_size,
+    embedded = mx.sym.Embedding(mx.sym.transpose(tokens), input_dim=s.vocabulary, output_dim=s.embedding_size,  # phrase: embedding
                                 name="embedding")
     h0 = mx.sym.zeros(shape=(1, 0, s.hidden_size))  # (layers, batch, hidden); 0: batch size inferred at bind
     # the packed GRU vector: uniform(+-1/sqrt(hidden)), cuDNN's and PyTorch's default
     packed = mx.sym.var("gru_parameters", init=mx.init.Uniform(1 / math.sqrt(s.hidden_size)))
-    outputs = mx.sym.RNN(embedded, packed, h0, mode="gru", state_size=s.hidden_size,
+    outputs = mx.sym.RNN(embedded, packed, h0, mode="gru", state_size=s.hidden_size,  # phrase: gru
                          num_layers=1, name="gru")  # (time, batch, hidden)
-    last = mx.sym.squeeze(mx.sym.slice_axis(outputs, axis=0, begin=-1, end=None), axis=0)  # the last time step
+    last = mx.sym.squeeze(mx.sym.slice_axis(outputs, axis=0, begin=-1, end=None), axis=0)  # the last time step  # phrase: last-time-step
     return mx.sym.FullyConnected(last, num_hidden=s.classes, name="dense")
 
 
@@ -48,7 +48,7 @@ def build(s, context, batch_size) -> mx.mod.Module:
                 label_shapes=[("softmax_label", (batch_size,))])
     module.init_params(mx.init.Xavier())  # the packed GRU vector has its own initializer (its symbol's init)
     # runtime/mxnet.py's PyTorchAdam: epsilon added after the square root of v-hat, as PyTorch and the Adam paper.
-    module.init_optimizer(optimizer="pytorchadam", optimizer_params={
+    module.init_optimizer(optimizer="pytorchadam", optimizer_params={  # phrase: adam
         "learning_rate": s.learning_rate, "beta1": s.beta1, "beta2": s.beta2, "epsilon": s.epsilon})
     return module
 

@@ -34,18 +34,18 @@ class GRUClassifier(nn.Layer):
         super().__init__()
         # Paddle's default initialisers, as the PyTorch row keeps PyTorch's: the GRU's uniform(-1/sqrt(hidden),
         # 1/sqrt(hidden)) is PyTorch's too; the embedding and dense use Xavier-normal (PyTorch: normal, Kaiming-uniform).
-        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
+        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)  # phrase: embedding
         # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). Paddle's GRU is the cuDNN form:
         # reset gate applied after the recurrent matmul, two bias vectors per gate.
-        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, direction="forward", time_major=True)
+        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, direction="forward", time_major=True)  # phrase: gru
         self.dense = nn.Linear(s.hidden_size, s.classes)
 
     def forward(self, tokens):  # tokens: (batch, time)
         outputs, _ = self.gru(self.embedding(tokens.t()))  # (time, batch, hidden); h0 = 0
-        return self.dense(outputs[-1])  # the last time step's output
+        return self.dense(outputs[-1])  # the last time step's output  # phrase: last-time-step
 
 
-def make_optimizer(model, s):
+def make_optimizer(model, s):  # phrase: adam
     # Paddle folds both bias corrections into the step size and scales epsilon by sqrt(1 - beta2^t):
     # exactly w -= lr * m_hat / (sqrt(v_hat) + eps), PyTorch's and the paper's form. use_multi_tensor: one
     # merged_adam_ op updates every parameter (the same update, FAIRNESS.md: optimizers).

@@ -22,22 +22,22 @@ MATCHED = (
 class GRUClassifier(nn.Module):
     def __init__(self, s):
         super().__init__()
-        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)
+        self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)  # phrase: embedding
         # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). PyTorch's GRU is the
         # cuDNN form: reset gate applied after the recurrent matmul, two bias vectors per gate.
-        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)
+        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)  # phrase: gru
         self.dense = nn.Linear(s.hidden_size, s.classes)
 
     def forward(self, tokens):  # tokens: (batch, time)
         outputs, _ = self.gru(self.embedding(tokens.t()))
-        return self.dense(outputs[-1])  # the last time step's output
+        return self.dense(outputs[-1])  # the last time step's output  # phrase: last-time-step
 
 
 def make_optimizer(model, s, policy):
     # PyTorch adds epsilon after the square root of v-hat, as the Adam paper does (stock Keras adds
     # it to sqrt(v) before the bias correction: the Keras rows match PyTorch's form).
     # fused: PyTorch's fused kernel where it has one (runtime.TorchPolicy; FAIRNESS.md: fused optimizers).
-    return torch.optim.Adam(model.parameters(), lr=s.learning_rate, betas=(s.beta1, s.beta2), eps=s.epsilon,
+    return torch.optim.Adam(model.parameters(), lr=s.learning_rate, betas=(s.beta1, s.beta2), eps=s.epsilon,  # phrase: adam
                             fused=policy.fused_optimizer)
 
 

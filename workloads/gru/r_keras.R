@@ -16,7 +16,7 @@ MATCHED <- c(
 
 # --- model --------------------------------------------------------------------------------------
 
-gru_classifier <- function(s) {
+gru_classifier <- function(s) {  # phrase: embedding, gru, last-time-step
   tokens <- layer_input(shape = s$sequence_length, dtype = "int32")  # (batch, time)
   # reset_after = TRUE (Keras' default): the reset gate after the recurrent matmul, two bias
   # vectors per gate, the form cuDNN implements. Returns the last time step's output.
@@ -29,7 +29,7 @@ gru_classifier <- function(s) {
 
 # --- loss and optimizer -------------------------------------------------------------------------
 
-compile_model <- function(model, s, policy) {
+compile_model <- function(model, s, policy) {  # phrase: adam
   model$compile(optimizer = runtime$adam(learning_rate = s$learning_rate, beta_1 = s$beta1, beta_2 = s$beta2,
                                          epsilon = s$epsilon),
                 loss = keras$losses$SparseCategoricalCrossentropy(from_logits = TRUE),

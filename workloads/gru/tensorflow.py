@@ -42,7 +42,7 @@ class GRUClassifier(tf.Module):
         self.dense_kernel = runtime.glorot_uniform((hidden, s.classes), hidden, s.classes)
         self.dense_bias = runtime.zeros((s.classes,))
 
-    def gru_step(self, h, x_projected):
+    def gru_step(self, h, x_projected):  # phrase: gru
         """One time step; x_projected = x @ kernel + input_bias, computed for all steps at once."""
         x_r, x_z, x_n = tf.split(x_projected, 3, axis=1)
         h_r, h_z, h_n = tf.split(tf.matmul(h, self.recurrent_kernel) + self.recurrent_bias, 3, axis=1)
@@ -70,10 +70,10 @@ class GRUClassifier(tf.Module):
         return outputs
 
     def __call__(self, tokens, training: bool = False):  # tokens: (batch, time)
-        x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC; FAIRNESS.md: layouts)
+        x = tf.gather(self.embeddings, tf.transpose(tokens))  # time-major (TNC; FAIRNESS.md: layouts)  # phrase: embedding
         self.traced_kernel = "cudnn" if self.fused else "scan"
         outputs = self.gru_cudnn(x, training) if self.fused else self.gru_scan(x)
-        return tf.matmul(outputs[-1], self.dense_kernel) + self.dense_bias  # the last time step's output
+        return tf.matmul(outputs[-1], self.dense_kernel) + self.dense_bias  # the last time step's output  # phrase: last-time-step
 
 
 # --- loss and optimizer -------------------------------------------------------------------------
@@ -97,7 +97,7 @@ class Adam(tf.Module):
         self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
         self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in variables]
 
-    def apply(self, gradients, variables):
+    def apply(self, gradients, variables):  # phrase: adam
         self.step.assign_add(1.0)
         beta1_power, beta2_power = self.beta1 ** self.step, self.beta2 ** self.step
         epsilon_hat = self.epsilon * tf.sqrt(1.0 - beta2_power)  # PyTorch's form (see the class)

@@ -43,10 +43,10 @@ def resnet50_features(model, policy):
         return brew.conv(model, x, blob(name), dim_in=cin, dim_out=cout, kernel=size, stride=stride,
                          pad=size // 2, no_bias=1, **options)
 
-    def batch_norm(x, name, channels):  # is_test: the running statistics (FAIRNESS.md: eval-mode)
+    def batch_norm(x, name, channels):  # is_test: the running statistics (FAIRNESS.md: eval-mode)  # phrase: batch-norm
         return brew.spatial_bn(model, x, blob(name), channels, epsilon=canonical.BN_EPSILON, is_test=True, **options)
 
-    def bottleneck(x, prefix, cin, width, stride):
+    def bottleneck(x, prefix, cin, width, stride):  # phrase: residual-block
         out = brew.relu(model, batch_norm(conv(x, prefix + ".conv1", cin, width, 1), prefix + ".bn1", width),
                         blob(prefix + ".relu1"))
         out = brew.relu(model, batch_norm(conv(out, prefix + ".conv2", width, width, 3, stride), prefix + ".bn2",
@@ -64,7 +64,7 @@ def resnet50_features(model, policy):
         for block in range(blocks):
             x = bottleneck(x, "stage{}.block{}".format(stage, block), channels, width, stride if block == 0 else 1)
             channels = width * EXPANSION
-    x = brew.average_pool(model, x, "pool", global_pooling=True, **options)  # (N, 2048, 1, 1)
+    x = brew.average_pool(model, x, "pool", global_pooling=True, **options)  # (N, 2048, 1, 1)  # phrase: global-avg-pool
     return model.net.Flatten(x, "features")  # (N, 2048)
 
 

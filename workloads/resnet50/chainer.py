@@ -32,7 +32,7 @@ class Bottleneck(chainer.Chain):
         self.has_shortcut = stride != 1 or in_channels != out_channels
         with self.init_scope():
             self.conv1 = L.Convolution2D(in_channels, width, 1, nobias=True)
-            self.bn1 = L.BatchNormalization(width, eps=eps)
+            self.bn1 = L.BatchNormalization(width, eps=eps)  # phrase: batch-norm
             self.conv2 = L.Convolution2D(width, width, 3, stride=stride, pad=1, nobias=True)  # v1.5 stride
             self.bn2 = L.BatchNormalization(width, eps=eps)
             self.conv3 = L.Convolution2D(width, out_channels, 1, nobias=True)
@@ -41,7 +41,7 @@ class Bottleneck(chainer.Chain):
                 self.shortcut_conv = L.Convolution2D(in_channels, out_channels, 1, stride=stride, nobias=True)
                 self.shortcut_bn = L.BatchNormalization(out_channels, eps=eps)
 
-    def forward(self, x):
+    def forward(self, x):  # phrase: residual-block
         out = F.relu(self.bn1(self.conv1(x)))
         out = F.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
@@ -69,7 +69,7 @@ class ResNet50Features(chainer.Chain):
         h = F.max_pooling_2d(h, 3, stride=2, pad=1, cover_all=False)
         for block in self.blocks:
             h = block(h)
-        return F.mean(h, axis=(2, 3))  # global average pool -> (N, 2048)
+        return F.mean(h, axis=(2, 3))  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
 
 # --- canonical weights --------------------------------------------------------------------------

@@ -42,11 +42,11 @@ def resnet50_features(s):
                                               bias=False, activation=None)
         return layers[name](x)
 
-    def batch_norm(x, name):  # per channel (map_rank=1); inference uses the running statistics
+    def batch_norm(x, name):  # per channel (map_rank=1); inference uses the running statistics  # phrase: batch-norm
         layers[name] = C.layers.BatchNormalization(map_rank=1, epsilon=canonical.BN_EPSILON)
         return layers[name](x)
 
-    def bottleneck(x, prefix, width, stride, project):
+    def bottleneck(x, prefix, width, stride, project):  # phrase: residual-block
         out = C.relu(batch_norm(conv(x, prefix + ".conv1", width, 1), prefix + ".bn1"))
         out = C.relu(batch_norm(conv(out, prefix + ".conv2", width, 3, stride), prefix + ".bn2"))  # v1.5 stride
         out = batch_norm(conv(out, prefix + ".conv3", width * EXPANSION, 1), prefix + ".bn3")
@@ -61,7 +61,7 @@ def resnet50_features(s):
         for block in range(blocks):
             x = bottleneck(x, "stage{}.block{}".format(stage, block), width, stride if block == 0 else 1,
                            project=block == 0)
-    features = C.reshape(C.layers.GlobalAveragePooling()(x), (s.feature_size,))  # (2048, 1, 1) -> 2048
+    features = C.reshape(C.layers.GlobalAveragePooling()(x), (s.feature_size,))  # (2048, 1, 1) -> 2048  # phrase: global-avg-pool
     return features, layers
 
 

@@ -40,7 +40,7 @@ def conv(filters, size, stride, name, dtype):
                    use_bias=False, dtype=dtype, name=name)
 
 
-def batch_norm(name, dtype):
+def batch_norm(name, dtype):  # phrase: batch-norm
     return nn.BatchNorm(use_running_average=True, momentum=0.9, epsilon=canonical.BN_EPSILON, dtype=dtype, name=name)
 
 
@@ -50,7 +50,7 @@ class Bottleneck(nn.Module):
     dtype: object = jnp.float32
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x):  # phrase: residual-block
         out_channels, dtype = self.width * EXPANSION, self.dtype
         y = nn.relu(batch_norm("bn1", dtype)(conv(self.width, 1, 1, "conv1", dtype)(x)))
         y = nn.relu(batch_norm("bn2", dtype)(conv(self.width, 3, self.stride, "conv2", dtype)(y)))  # v1.5 stride
@@ -72,7 +72,7 @@ class ResNet50Features(nn.Module):
         for stage, (width, blocks, stride) in enumerate(STAGES, start=1):
             for block in range(blocks):
                 x = Bottleneck(width, stride if block == 0 else 1, self.dtype, name=f"stage{stage}_block{block}")(x)
-        return jnp.mean(x, axis=(1, 2)).astype(jnp.float32)  # global average pool -> (N, 2048)
+        return jnp.mean(x, axis=(1, 2)).astype(jnp.float32)  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
 
 def init_variables(model, s):

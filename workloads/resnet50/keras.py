@@ -43,11 +43,11 @@ def resnet50_features(s, data_format: str) -> keras.Model:
         return layers.Conv2D(filters, size, strides=stride, padding=padding, use_bias=False,
                              data_format=data_format, name=name)(x)
 
-    def batch_norm(x, name):
+    def batch_norm(x, name):  # phrase: batch-norm
         return layers.BatchNormalization(axis=channel_axis, momentum=0.9, epsilon=canonical.BN_EPSILON,
                                          name=name)(x)
 
-    def bottleneck(x, width, stride, name):
+    def bottleneck(x, width, stride, name):  # phrase: residual-block
         out_channels = width * EXPANSION
         y = layers.ReLU()(batch_norm(conv(x, width, 1, 1, f"{name}_conv1"), f"{name}_bn1"))
         y = layers.ReLU()(batch_norm(conv(y, width, 3, stride, f"{name}_conv2"), f"{name}_bn2"))  # v1.5 stride
@@ -65,7 +65,7 @@ def resnet50_features(s, data_format: str) -> keras.Model:
     for stage, (width, blocks, stride) in enumerate(STAGES, start=1):
         for block in range(blocks):
             x = bottleneck(x, width, stride if block == 0 else 1, f"stage{stage}_block{block}")
-    features = layers.GlobalAveragePooling2D(data_format=data_format)(x)  # -> (N, 2048)
+    features = layers.GlobalAveragePooling2D(data_format=data_format)(x)  # -> (N, 2048)  # phrase: global-avg-pool
     return keras.Model(images, features, name="resnet50_v1_5_features")
 
 

@@ -45,13 +45,13 @@ def resnet50_features(s) -> "keras.Model":
         return layers.Conv2D(filters, size, strides=stride, padding=padding, use_bias=False,
                              data_format="channels_first", name=name)(x)
 
-    def batch_norm(x, name):
+    def batch_norm(x, name):  # phrase: batch-norm
         return layers.BatchNormalization(axis=CHANNELS, momentum=0.9, epsilon=canonical.BN_EPSILON, name=name)(x)
 
     def relu(x):
         return layers.Activation("relu")(x)
 
-    def bottleneck(x, width, stride, name, project):
+    def bottleneck(x, width, stride, name, project):  # phrase: residual-block
         y = relu(batch_norm(conv(x, width, 1, 1, name + "_conv1"), name + "_bn1"))
         y = relu(batch_norm(conv(y, width, 3, stride, name + "_conv2"), name + "_bn2"))  # v1.5 stride
         y = batch_norm(conv(y, width * EXPANSION, 1, 1, name + "_conv3"), name + "_bn3")
@@ -69,7 +69,7 @@ def resnet50_features(s) -> "keras.Model":
         for block in range(blocks):
             x = bottleneck(x, width, stride if block == 0 else 1, "stage{}_block{}".format(stage, block),
                            project=block == 0)
-    features = layers.GlobalAveragePooling2D(data_format="channels_first")(x)  # -> (N, 2048)
+    features = layers.GlobalAveragePooling2D(data_format="channels_first")(x)  # -> (N, 2048)  # phrase: global-avg-pool
     return keras.Model(images, features, name="resnet50_v1_5_features")
 
 

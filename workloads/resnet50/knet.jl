@@ -52,7 +52,7 @@ function select_device(run)
     run.device == "cuda" && !has_gpu && throw(Unsupported("no CUDA GPU visible to CUDA.jl on this host"))
     device = has_gpu && run.device != "cpu" ? "cuda" : "cpu"
     if device == "cuda"
-        run.sync = CUDA.synchronize
+        run.sync = CUDA.synchronize  # phrase: device-sync
         CUDA.math_mode!(CUDA.DEFAULT_MATH)  # true fp32: no TF32 tensor-core math (docs/FAIRNESS.md: true-precision)
         run.provenance["gpu_name"] = CUDA.name(CUDA.device())
         run.provenance["cuda_version"] = string(CUDA.runtime_version())
@@ -61,7 +61,7 @@ function select_device(run)
     run.provenance["framework_version"] = "Knet $(version_of(Knet)) / CUDA.jl $(version_of(CUDA)) on Julia $(VERSION)"
     run.extras["threads"] = string(Threads.nthreads())
     run.extras["tf32"] = device == "cuda" ? "off (NVIDIA_TF32_OVERRIDE=$(ENV["NVIDIA_TF32_OVERRIDE"]), CUDA.math_mode DEFAULT_MATH)" : "n/a (CPU)"
-    return device == "cuda" ? KnetArray{Float32} : Array{Float32}
+    return device == "cuda" ? KnetArray{Float32} : Array{Float32}  # phrase: device-placement
 end
 
 # --- model --------------------------------------------------------------------------------------
@@ -75,8 +75,8 @@ struct ConvBN
 end
 
 function (layer::ConvBN)(x)
-    y = conv4(layer.kernel, x; stride = layer.stride, padding = layer.padding, mode = 1)
-    return layer.gamma .* (y .- layer.mean) ./ sqrt.(layer.variance .+ Float32(BN_EPSILON)) .+ layer.beta
+    y = conv4(layer.kernel, x; stride = layer.stride, padding = layer.padding, mode = 1)  # phrase: conv3x3-same
+    return layer.gamma .* (y .- layer.mean) ./ sqrt.(layer.variance .+ Float32(BN_EPSILON)) .+ layer.beta  # phrase: batch-norm
 end
 
 struct Bottleneck
@@ -84,12 +84,14 @@ struct Bottleneck
     shortcut::Union{Nothing,ConvBN}
 end
 
+# phrase: residual-block
 function (block::Bottleneck)(x)
     y = relu.(block.conv1(x))
     y = relu.(block.conv2(y))  # v1.5: the stride is here, on the 3x3 convolution
     y = block.conv3(y)
     return relu.(y .+ (block.shortcut === nothing ? x : block.shortcut(x)))
 end
+# end phrase
 
 struct ResNet50Features
     stem::ConvBN
@@ -98,11 +100,11 @@ end
 
 function (model::ResNet50Features)(x)  # x: (224, 224, 3, N) -> (2048, N)
     x = relu.(model.stem(x))
-    x = pool(x; window = 3, stride = 2, padding = 1, mode = 0)  # max pool
+    x = pool(x; window = 3, stride = 2, padding = 1, mode = 0)  # max pool  # phrase: max-pool
     for block in model.blocks
         x = block(x)
     end
-    return reshape(mean(x; dims = (1, 2)), :, size(x, 4))  # global average pool
+    return reshape(mean(x; dims = (1, 2)), :, size(x, 4))  # global average pool  # phrase: global-avg-pool
 end
 
 # Knet's own initialisers (xavier kernels, unit gamma): what --init framework means here.
@@ -113,7 +115,7 @@ function conv_bn(atype, in_channels, out_channels, size, stride; arrays = nothin
         gamma, beta = ones(Float32, out_channels), zeros(Float32, out_channels)
         mean_, variance = zeros(Float32, out_channels), ones(Float32, out_channels)
     else
-        kernel = permutedims(arrays["$(conv).kernel"], (4, 3, 2, 1))  # OIHW -> (W, H, I, O)
+        kernel = permutedims(arrays["$(conv).kernel"], (4, 3, 2, 1))  # OIHW -> (W, H, I, O)  # phrase: load-weights
         gamma, beta = arrays["$(bn).gamma"], arrays["$(bn).beta"]
         mean_, variance = arrays["$(bn).moving_mean"], arrays["$(bn).moving_variance"]
     end
@@ -165,7 +167,7 @@ function run(run)
         # random inputs (seed 0): timing does not depend on pixel values (Julia's own generator, not numpy's)
         run.provenance["data_source"] = "random"
         count = s["batch_size"] * max(s["batches"], s["warmup_batches"])
-        rand(MersenneTwister(SEED), Float32, 224, 224, 3, count)
+        rand(MersenneTwister(SEED), Float32, 224, 224, 3, count)  # phrase: seeding
     end
 
     model = phase(run, "model_build") do

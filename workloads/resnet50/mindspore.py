@@ -36,7 +36,7 @@ def conv(in_channels, out_channels, size, stride=1):
                      has_bias=False)
 
 
-def batch_norm(channels):
+def batch_norm(channels):  # phrase: batch-norm
     # MindSpore's momentum is the weight of the old moving statistics: 0.9 is PyTorch's momentum=0.1
     return nn.BatchNorm2d(channels, eps=canonical.BN_EPSILON, momentum=0.9)
 
@@ -54,7 +54,7 @@ class Bottleneck(nn.Cell):
             self.shortcut_conv = conv(in_channels, out_channels, 1, stride)
             self.shortcut_bn = batch_norm(out_channels)
 
-    def construct(self, x):
+    def construct(self, x):  # phrase: residual-block
         y = self.relu(self.bn1(self.conv1(x)))
         y = self.relu(self.bn2(self.conv2(y)))
         y = self.bn3(self.conv3(y))
@@ -78,7 +78,7 @@ class ResNet50Features(nn.Cell):
     def construct(self, images):  # images: (N, C, H, W)
         x = self.pool(self.relu(self.stem_bn(self.stem_conv(images))))
         x = self.blocks(x)
-        return x.mean(axis=(2, 3))  # global average pool -> (N, 2048)
+        return x.mean(axis=(2, 3))  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
 
 # --- canonical weights --------------------------------------------------------------------------

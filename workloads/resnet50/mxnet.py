@@ -28,7 +28,7 @@ class Bottleneck(nn.HybridBlock):
         out_channels = width * self.expansion
         with self.name_scope():
             self.conv1 = nn.Conv2D(width, 1, use_bias=False, in_channels=in_channels)
-            self.bn1 = nn.BatchNorm(epsilon=canonical.BN_EPSILON, in_channels=width)
+            self.bn1 = nn.BatchNorm(epsilon=canonical.BN_EPSILON, in_channels=width)  # phrase: batch-norm
             self.conv2 = nn.Conv2D(width, 3, strides=stride, padding=1, use_bias=False, in_channels=width)  # v1.5
             self.bn2 = nn.BatchNorm(epsilon=canonical.BN_EPSILON, in_channels=width)
             self.conv3 = nn.Conv2D(out_channels, 1, use_bias=False, in_channels=width)
@@ -39,7 +39,7 @@ class Bottleneck(nn.HybridBlock):
                 self.shortcut.add(nn.Conv2D(out_channels, 1, strides=stride, use_bias=False, in_channels=in_channels),
                                   nn.BatchNorm(epsilon=canonical.BN_EPSILON, in_channels=out_channels))
 
-    def hybrid_forward(self, F, x):
+    def hybrid_forward(self, F, x):  # phrase: residual-block
         out = F.relu(self.bn1(self.conv1(x)))
         out = F.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
@@ -61,7 +61,7 @@ class ResNet50Features(nn.HybridBlock):
                 for block in range(blocks):
                     self.layers.add(Bottleneck(in_channels, width, stride if block == 0 else 1))
                     in_channels = width * Bottleneck.expansion
-            self.layers.add(nn.GlobalAvgPool2D(), nn.Flatten())  # global average pool -> (N, 2048)
+            self.layers.add(nn.GlobalAvgPool2D(), nn.Flatten())  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
     def hybrid_forward(self, F, images):
         return self.layers(images)

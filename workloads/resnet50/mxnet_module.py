@@ -25,12 +25,12 @@ def conv(x, name, channels, kernel, stride=1):
                               pad=(kernel // 2, kernel // 2), no_bias=True, name=name)
 
 
-def batch_norm(x, name):
+def batch_norm(x, name):  # phrase: batch-norm
     # fix_gamma=False: MXNet's BatchNorm symbol otherwise pins gamma to 1
     return mx.sym.BatchNorm(x, fix_gamma=False, eps=canonical.BN_EPSILON, use_global_stats=True, name=name)
 
 
-def bottleneck(x, prefix, in_channels, width, stride):
+def bottleneck(x, prefix, in_channels, width, stride):  # phrase: residual-block
     out_channels = width * 4
     out = mx.sym.relu(batch_norm(conv(x, f"{prefix}_conv1", width, 1), f"{prefix}_bn1"))
     out = mx.sym.relu(batch_norm(conv(out, f"{prefix}_conv2", width, 3, stride), f"{prefix}_bn2"))  # v1.5 stride
@@ -49,7 +49,7 @@ def resnet50_features() -> mx.sym.Symbol:
         for block in range(blocks):
             x = bottleneck(x, f"stage{stage}_block{block}", in_channels, width, stride if block == 0 else 1)
             in_channels = width * 4
-    x = mx.sym.Pooling(x, kernel=(1, 1), global_pool=True, pool_type="avg")  # global average pool
+    x = mx.sym.Pooling(x, kernel=(1, 1), global_pool=True, pool_type="avg")  # global average pool  # phrase: global-avg-pool
     return mx.sym.Flatten(x)  # (N, 2048)
 
 

@@ -33,8 +33,10 @@ class ResNet50Features(nn.Layer):
 
     def __init__(self, data_format: str = "NCHW"):
         super().__init__()
+        # phrase: global-avg-pool
         # pretrained=False: random weights, nothing downloaded; num_classes=0: no fc, ends at the global pool
         self.backbone = resnet50(pretrained=False, num_classes=0)
+        # end phrase
         self.data_format = data_format
         if data_format == "NHWC":  # the channels_last option
             runtime.to_channels_last(self.backbone)

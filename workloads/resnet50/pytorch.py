@@ -28,7 +28,7 @@ class Bottleneck(nn.Module):
         super().__init__()
         out_channels = width * self.expansion
         self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)  # eps 1e-5, PyTorch's default
+        self.bn1 = nn.BatchNorm2d(width)  # eps 1e-5, PyTorch's default  # phrase: batch-norm
         self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)  # v1.5 stride
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
@@ -39,7 +39,7 @@ class Bottleneck(nn.Module):
             self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
                                           nn.BatchNorm2d(out_channels))
 
-    def forward(self, x):
+    def forward(self, x):  # phrase: residual-block
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
@@ -58,7 +58,7 @@ class ResNet50Features(nn.Module):
             for block in range(blocks):
                 layers.append(Bottleneck(in_channels, width, stride if block == 0 else 1))
                 in_channels = width * Bottleneck.expansion
-        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]  # global average pool -> (N, 2048)
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]  # global average pool -> (N, 2048)  # phrase: global-avg-pool
         self.layers = nn.Sequential(*layers)
 
     def forward(self, images):

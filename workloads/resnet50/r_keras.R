@@ -34,10 +34,12 @@ resnet50_features <- function(s, data_format) {
     layer_conv_2d(x, filters, size, strides = stride, padding = padding, use_bias = FALSE,
                   data_format = data_format, name = name)
   }
+  # phrase: batch-norm
   batch_norm <- function(x, name)
     layer_batch_normalization(x, channel_axis, momentum = 0.9, epsilon = canonical$BN_EPSILON, name = name)
+  # end phrase
 
-  bottleneck <- function(x, width, stride, name) {
+  bottleneck <- function(x, width, stride, name) {  # phrase: residual-block
     out_channels <- width * EXPANSION
     y <- x |>
       conv(width, 1, 1, paste0(name, "_conv1")) |> batch_norm(paste0(name, "_bn1")) |> layer_activation_relu() |>
@@ -62,7 +64,7 @@ resnet50_features <- function(s, data_format) {
     for (block in seq_len(blocks) - 1)
       x <- bottleneck(x, width, if (block == 0) stride else 1, sprintf("stage%d_block%d", stage, block))
   }
-  features <- layer_global_average_pooling_2d(x, data_format = data_format)  # -> (N, 2048)
+  features <- layer_global_average_pooling_2d(x, data_format = data_format)  # -> (N, 2048)  # phrase: global-avg-pool
   keras_model(images, features, name = "resnet50_v1_5_features")
 }
 

@@ -67,7 +67,7 @@ class ResNet50Features(tf.Module):
         return tf.nn.conv2d(x, self.params[f"{name}.kernel"], strides=stride, padding=padding,
                             data_format=self.layout)
 
-    def batch_norm(self, x, name):  # inference: the moving statistics (FAIRNESS.md: eval-mode)
+    def batch_norm(self, x, name):  # inference: the moving statistics (FAIRNESS.md: eval-mode)  # phrase: batch-norm
         shape = [-1] if self.layout == "NHWC" else [-1, 1, 1]  # broadcast over (N, C, H, W)
         p = lambda key: tf.reshape(self.params[f"{name}.{key}"], shape)  # noqa: E731
         return tf.nn.batch_normalization(x, p("moving_mean"), p("moving_variance"), offset=p("beta"),
@@ -79,7 +79,7 @@ class ResNet50Features(tf.Module):
         x = tf.pad(x, padding, constant_values=float("-inf"))
         return tf.nn.max_pool2d(x, ksize=3, strides=2, padding="VALID", data_format=self.layout)
 
-    def bottleneck(self, x, prefix, stride):
+    def bottleneck(self, x, prefix, stride):  # phrase: residual-block
         out = tf.nn.relu(self.batch_norm(self.conv(x, f"{prefix}.conv1"), f"{prefix}.bn1"))
         out = tf.nn.relu(self.batch_norm(self.conv(out, f"{prefix}.conv2", stride, pad=1), f"{prefix}.bn2"))
         out = self.batch_norm(self.conv(out, f"{prefix}.conv3"), f"{prefix}.bn3")
@@ -94,7 +94,7 @@ class ResNet50Features(tf.Module):
         for stage, (_, blocks, stride) in enumerate(self.stages, start=1):
             for block in range(blocks):
                 x = self.bottleneck(x, f"stage{stage}.block{block}", stride if block == 0 else 1)
-        return tf.reduce_mean(x, axis=self.spatial)  # global average pool -> (N, 2048)
+        return tf.reduce_mean(x, axis=self.spatial)  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
 
 # --- canonical weights --------------------------------------------------------------------------

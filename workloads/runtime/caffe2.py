@@ -84,8 +84,10 @@ def select_device(run: Run) -> Caffe2Policy:
                 "executor": describe_executor(executor, workers), "graph": GRAPH},
     )
     workspace.ResetWorkspace()
+    # phrase: seeding
     np.random.seed(SEED)
     device_option = core.DeviceOption(caffe2_pb2.CUDA if on_gpu else caffe2_pb2.CPU, 0, random_seed=SEED)
+    # end phrase
     return Caffe2Policy(device_option, run.precision, device, executor, workers)
 
 
@@ -105,7 +107,7 @@ def describe_executor(executor: str, workers: int) -> str:
     raise ValueError("unknown Caffe2 executor {!r}".format(executor))
 
 
-def create_net(run: Run, policy: Caffe2Policy, net) -> None:
+def create_net(run: Run, policy: Caffe2Policy, net) -> None:  # phrase: compile-step
     """Set the net's executor (the option "executor"), then instantiate it, once (counted per net:
     FAIRNESS.md, trace-once). RunNet still returns when the net has finished: async_scheduling's Run() waits
     for the events of its final operators (a GPU's included)."""
@@ -164,13 +166,13 @@ class Classifier:
         self.policy = policy
         self.device = policy.device
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> None:
+    def step(self, x: np.ndarray, y: np.ndarray) -> None:  # phrase: train-step
         """One optimizer step; the loss stays a blob until the epoch ends."""
         self.feed_inputs(x)
         feed("labels", y.astype(np.int32), self.device)  # SoftmaxWithLoss takes int32 labels
         workspace.RunNet(self.train.net)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray) -> np.ndarray:  # phrase: eval-mode
         """Logits from the test net: dropout off, is_test=1 (FAIRNESS.md: eval-mode)."""
         self.feed_inputs(x)
         workspace.RunNet(self.test.net)

@@ -48,14 +48,14 @@ def select_device(run: Run) -> ChainerPolicy:
     # cuDNN convolution autotuning (FAIRNESS.md: autotune); its cost lands in the first step
     chainer.config.autotune = True
     chainer.config.use_cudnn = "auto"
-    np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU
+    np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU  # phrase: seeding
     if on_gpu:
         cupy = cuda.cupy
         tf32 = tf32_report()  # checked before the device is used: before any cuBLAS or cuDNN handle
         device = chainer.get_device("@cupy:0")
         device.use()
         cupy.random.seed(SEED)
-        run.sync = lambda: cupy.cuda.Device().synchronize()
+        run.sync = lambda: cupy.cuda.Device().synchronize()  # phrase: device-sync
         properties = cupy.cuda.runtime.getDeviceProperties(0)
         name = properties["name"]
         run.set_provenance(
@@ -126,7 +126,7 @@ def _cuda_device_count() -> int:
         return 0
 
 
-def to_device(array: np.ndarray, policy: ChainerPolicy):
+def to_device(array: np.ndarray, policy: ChainerPolicy):  # phrase: device-placement
     """Integer arrays (labels, token ids) as int32, which F.softmax_cross_entropy and L.EmbedID need."""
     if array.dtype == np.int64:
         array = array.astype(np.int32)
@@ -185,7 +185,7 @@ def gru_kernel_of(hidden: chainer.Variable) -> Optional[str]:
 
 # --- the loops ------------------------------------------------------------------------------------
 
-def _train_step(policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function):
+def _train_step(policy: ChainerPolicy, model: chainer.Chain, optimizer, loss_function):  # phrase: train-step
     def step(x: np.ndarray, y: np.ndarray):
         loss = loss_function(model(to_device(x, policy)), to_device(y, policy))  # mean over the batch
         model.cleargrads()
@@ -214,7 +214,7 @@ def train_and_evaluate(run: Run, policy: ChainerPolicy, model: chainer.Chain, op
     def count_correct(x: np.ndarray, y: np.ndarray):  # summed on the device, read once at the end
         return (forward(x).argmax(axis=1) == to_device(y, policy)).sum()
 
-    with chainer.using_config("train", False):  # dropout off (FAIRNESS.md: eval-mode)
+    with chainer.using_config("train", False):  # dropout off (FAIRNESS.md: eval-mode)  # phrase: eval-mode
         loop.evaluate(run, data, count_correct)
     run.record_peak_device_memory(peak_memory_mb(policy))
 

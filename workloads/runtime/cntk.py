@@ -80,10 +80,10 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
             raise Unsupported("CNTK 2.7's CUDA 10.0 / cuDNN 7 cannot target compute capability {}.{} "
                               "(up to 7.5, Turing)".format(*capability))
         gpu_name = properties.name
-        C.device.try_set_default_device(gpus[0])
+        C.device.try_set_default_device(gpus[0])  # phrase: device-placement
     else:
         C.device.try_set_default_device(C.device.cpu())
-    C.cntk_py.set_fixed_random_seed(SEED)
+    C.cntk_py.set_fixed_random_seed(SEED)  # phrase: seeding
     if on_gpu:
         run.sync = _sync
     device = "cuda" if on_gpu else "cpu"
@@ -112,7 +112,7 @@ def keep_for_sync(value) -> None:
     _pending[:] = [value]
 
 
-def _sync() -> None:
+def _sync() -> None:  # phrase: device-sync
     """CNTK has no device-wide synchronise in Python: copying the last result to the host waits for it."""
     if _pending:
         item = _pending[0]
@@ -203,14 +203,14 @@ class Classifier:
         """A numpy batch in the input's dtype (token indices become float32, CNTK's input type)."""
         return x.astype(self.inputs.dtype, copy=False)
 
-    def step(self, x: np.ndarray, y: np.ndarray):
+    def step(self, x: np.ndarray, y: np.ndarray):  # phrase: train-step
         """One optimizer step; returns the Trainer, whose loss stays inside CNTK until the epoch ends."""
         assert self.batch_size is None or len(x) == self.batch_size, (len(x), self.batch_size)
         self.trainer.train_minibatch({self.inputs: self.feed(x), self.labels: one_hot(y, self.classes)})
         keep_for_sync(self.trainer)
         return self.trainer
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray) -> np.ndarray:  # phrase: eval-mode
         """Logits in inference mode: eval() runs no dropout (FAIRNESS.md: eval-mode)."""
         return self.logits.eval({self.inputs: self.feed(x)})
 

@@ -52,7 +52,7 @@ def _cuda_versions() -> tuple[str | None, str | None]:
         return None, None
 
 
-def sync() -> None:
+def sync() -> None:  # phrase: device-sync
     """Block until the last dispatched call (and so every call it depends on) has finished."""
     if _last_outputs[0] is not None:
         jax.block_until_ready(_last_outputs[0])
@@ -71,7 +71,7 @@ class JaxPolicy(Policy):
     def __init__(self, device, precision: str, device_type: str):
         super().__init__(device, precision)
         self.device_type = device_type
-        self.compute_dtype = _COMPUTE_DTYPES[precision]
+        self.compute_dtype = _COMPUTE_DTYPES[precision]  # phrase: autocast
         self.loss_scaling = precision == "fp16"
 
 
@@ -120,7 +120,7 @@ def _jaxlib_version() -> str:
     return jaxlib.__version__
 
 
-def to_device(array: np.ndarray) -> jax.Array:
+def to_device(array: np.ndarray) -> jax.Array:  # phrase: device-placement
     """Labels and token indices as int32 (JAX's default integer without x64), images as they are."""
     if array.dtype == np.int64:
         array = array.astype(np.int32)
@@ -150,7 +150,7 @@ _GROWTH_INTERVAL = 2000  # fp16 loss scale: doubled after this many finite steps
 
 def init_train_state(params, optimizer: optax.GradientTransformation, policy: JaxPolicy, seed: int = SEED) -> dict:
     """Everything a step changes, as one pytree: parameters, optimizer state, dropout key, loss scale."""
-    state = {"params": params, "opt_state": optimizer.init(params), "key": jax.random.key(seed)}
+    state = {"params": params, "opt_state": optimizer.init(params), "key": jax.random.key(seed)}  # phrase: seeding
     if policy.loss_scaling:
         state["loss_scale"] = jnp.float32(2.0**16)  # PyTorch GradScaler's initial scale
         state["good_steps"] = jnp.int32(0)
@@ -168,7 +168,7 @@ def make_train_step(run: Run, loss_of, optimizer: optax.GradientTransformation, 
     """
     fp16 = policy.loss_scaling
 
-    def step(state, x, y):
+    def step(state, x, y):  # phrase: train-step
         run.note_trace("train_step")  # Python runs this line only while tracing: a retrace shows in the count
         params = state["params"]
         key, dropout_key = jax.random.split(state["key"])
@@ -196,7 +196,7 @@ def make_train_step(run: Run, loss_of, optimizer: optax.GradientTransformation, 
             new["good_steps"] = jnp.where(grow, 0, good)
         return new, loss
 
-    compiled = jax.jit(step, donate_argnums=0)
+    compiled = jax.jit(step, donate_argnums=0)  # phrase: compile-step
 
     def call(state, x, y):
         return track(compiled(state, to_device(x), to_device(y)))
@@ -222,7 +222,7 @@ class _Trainer:
         return self.state["params"]
 
 
-def _inference(model: nn.Module):
+def _inference(model: nn.Module):  # phrase: eval-mode
     """The jitted forward pass in inference mode: a model's ``__call__`` defaults to it (dropout off,
     batch norm on its moving statistics; FAIRNESS.md: eval-mode)."""
     return jax.jit(lambda params, x: model.apply({"params": params}, x))

@@ -60,7 +60,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
     if K.backend() != "cntk":
         raise Unsupported("keras-cntk needs KERAS_BACKEND=cntk before Keras is imported (Keras chose {})".format(
             K.backend()))
-    device = C.device.use_default_device()  # fixed by Keras' import
+    device = C.device.use_default_device()  # fixed by Keras' import  # phrase: device-placement
     on_gpu = device.type() == C.device.DeviceKind.GPU
     if run.requested_device == "cuda" and not on_gpu:
         raise Unsupported("no CUDA GPU visible to CNTK on this host (the cpu variant installs the CPU-only cntk "
@@ -80,8 +80,10 @@ def select_device(run: Run) -> KerasCNTKPolicy:
     resolved = "cuda" if on_gpu else "cpu"
     policy = KerasCNTKPolicy(resolved, run.precision)
     K.set_image_data_format(policy.data_format)  # NCHW, CNTK's native layout: no transposes (FAIRNESS.md: layouts)
+    # phrase: seeding
     np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy
     C.cntk_py.set_fixed_random_seed(SEED)
+    # end phrase
     run.set_provenance(
         framework_version="keras {} / cntk {}".format(keras.__version__, C.__version__),
         device=resolved,
@@ -148,7 +150,7 @@ def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
     return np.eye(classes, dtype=np.float32)[labels]
 
 
-def cross_entropy_from_logits(targets, logits):
+def cross_entropy_from_logits(targets, logits):  # phrase: softmax-cross-entropy
     """Softmax folded into the loss (FAIRNESS.md: softmax-in-loss): CNTK's cross_entropy_with_softmax
     under Keras' name."""
     return K.categorical_crossentropy(targets, logits, from_logits=True)
@@ -159,7 +161,7 @@ def cross_entropy_from_logits(targets, logits):
 # provenance's train_step); predict_on_batch is inference mode, learning phase 0: dropout off and
 # batch norm on its moving statistics (FAIRNESS.md: eval-mode). CNTK reports no peak device memory.
 
-def count_correct(model, inputs, labels):
+def count_correct(model, inputs, labels):  # phrase: eval-mode
     return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
 
 
@@ -168,7 +170,7 @@ def train_and_evaluate(run: Run, policy: KerasCNTKPolicy, model, data) -> None:
     classes = run.settings.classes
     run.set_parameter_count(parameter_count(model))
     count_function_builds(run, model)
-    loop.train(run, data, lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)))
+    loop.train(run, data, lambda inputs, labels: model.train_on_batch(inputs, one_hot(labels, classes)))  # phrase: train-step
     loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
 
 

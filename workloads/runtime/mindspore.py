@@ -58,7 +58,7 @@ _AVX2_BITS = 0x7
 
 # --- device and precision -------------------------------------------------------------------------
 
-def sync() -> None:
+def sync() -> None:  # phrase: device-sync
     """Wait for the device: every queued GPU kernel, or on the CPU the last tracked output."""
     if _device[0] == "cuda":
         ms.runtime.synchronize()
@@ -139,9 +139,9 @@ def select_device(run: Run) -> MindSporePolicy:
     device_type = "cuda" if gpu and run.requested_device != "cpu" else "cpu"
     precision_rules.check("mindspore", run.precision, device_type)  # fp32 only (FAIRNESS.md: true-precision)
     onednn = set_onednn_isa(run)  # before the first oneDNN primitive (the CPU kernels; a GPU run's host ops too)
-    ms.set_device("GPU" if device_type == "cuda" else "CPU")
+    ms.set_device("GPU" if device_type == "cuda" else "CPU")  # phrase: device-placement
     # graph mode: each Cell call and the jitted step are compiled to one static graph on first call
-    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_context(mode=ms.GRAPH_MODE)  # phrase: compile-step
     if device_type == "cuda":
         gpu_context = ms.device_context.gpu
         gpu_context.op_precision.conv_allow_tf32(False)  # fp32 means true fp32 (FAIRNESS.md: true-precision)
@@ -150,7 +150,7 @@ def select_device(run: Run) -> MindSporePolicy:
         gpu_context.op_tuning.conv_fprop_algo("performance")
         gpu_context.op_tuning.conv_dgrad_algo("performance")
         gpu_context.op_tuning.conv_wgrad_algo("performance")
-    ms.set_seed(SEED)
+    ms.set_seed(SEED)  # phrase: seeding
     np.random.seed(SEED)  # nn.GRU draws its initial weights from numpy's global generator
     _device[0] = device_type
     run.sync = sync
@@ -287,7 +287,7 @@ def trace_counter(run: Run):
     return note_trace
 
 
-def _train_step(run: Run, network: ms.nn.Cell, optimizer, loss_function):
+def _train_step(run: Run, network: ms.nn.Cell, optimizer, loss_function):  # phrase: train-step
     """One compiled step: `step(x, y) -> loss` on a numpy batch, the loss left on the device.
 
     `mindspore.value_and_grad` differentiates the mean loss with respect to the optimizer's
@@ -323,7 +323,7 @@ def train_and_evaluate(run: Run, policy: MindSporePolicy, network, optimizer, lo
     run.set_parameter_count(parameter_count(network))
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     loop.train(run, data, step)  # the loss stays on the device; read (float) once per epoch
-    network.set_train(False)  # dropout off (FAIRNESS.md: eval-mode); graph mode compiles the inference graph once
+    network.set_train(False)  # dropout off (FAIRNESS.md: eval-mode); graph mode compiles the inference graph once  # phrase: eval-mode
     note_trace = trace_counter(run)
 
     @ms.jit

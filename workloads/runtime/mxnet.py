@@ -47,9 +47,9 @@ def select_device(run: Run) -> MXNetPolicy:
     precision_rules.check("mxnet", precision, "cuda" if on_gpu else "cpu")  # fp32 only (FAIRNESS.md: true-precision)
     tf32 = tf32_report(on_gpu)  # fp32 means true fp32 (FAIRNESS.md: true-precision), checked before any work
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
-    mx.random.seed(SEED)
+    mx.random.seed(SEED)  # phrase: seeding
     np.random.seed(SEED)
-    run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator
+    run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator  # phrase: device-sync
     features = mx.runtime.Features()
     run.set_provenance(
         framework_version=mx.__version__,
@@ -153,7 +153,7 @@ def _cuda_device_name(ordinal: int) -> Optional[str]:
     return None
 
 
-def to_device(array: np.ndarray, policy: MXNetPolicy):
+def to_device(array: np.ndarray, policy: MXNetPolicy):  # phrase: device-placement
     return mx.nd.array(array, ctx=policy.device, dtype=np.float32)  # labels and token ids too: MXNet indexes with floats
 
 
@@ -245,7 +245,7 @@ def note_traces(run: Run, net) -> None:
 
 # --- the Gluon loops ------------------------------------------------------------------------------
 
-def _train_step(policy: MXNetPolicy, net, trainer, loss_function):
+def _train_step(policy: MXNetPolicy, net, trainer, loss_function):  # phrase: train-step
     def step(x: np.ndarray, y: np.ndarray):
         x, y = to_device(x, policy), to_device(y, policy)
         with mx.autograd.record():  # train mode: dropout on
@@ -256,7 +256,7 @@ def _train_step(policy: MXNetPolicy, net, trainer, loss_function):
     return step
 
 
-def _logits(policy: MXNetPolicy, net):
+def _logits(policy: MXNetPolicy, net):  # phrase: eval-mode
     """Outside autograd.record: no gradients, dropout off and batch norm on its moving statistics
     (FAIRNESS.md: eval-mode)."""
     return lambda x: net(to_device(x, policy))

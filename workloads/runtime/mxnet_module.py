@@ -51,7 +51,7 @@ class _BindCounter:
             self.run.note_trace(self.name)
 
 
-def _train_step(policy: MXNetPolicy, module: mx.mod.Module, binds: Optional[_BindCounter] = None):
+def _train_step(policy: MXNetPolicy, module: mx.mod.Module, binds: Optional[_BindCounter] = None):  # phrase: train-step
     def step(x: np.ndarray, y: np.ndarray):
         labels = to_device(y, policy)
         module.forward_backward(mx.io.DataBatch(data=[to_device(x, policy)], label=[labels]))
@@ -99,7 +99,7 @@ def parity_steps(run: Run, policy: MXNetPolicy, module: mx.mod.Module, logits_sy
                                to_numpy=to_host)
 
 
-def _features(policy: MXNetPolicy, module: mx.mod.Module, binds: Optional[_BindCounter] = None):
+def _features(policy: MXNetPolicy, module: mx.mod.Module, binds: Optional[_BindCounter] = None):  # phrase: eval-mode
     """The Module bound for_training=False, run with is_train=False: no gradients, batch norm on its
     moving statistics (FAIRNESS.md: eval-mode)."""
     def forward(batch: np.ndarray):

@@ -129,7 +129,7 @@ def select_device(run: Run) -> OrtPolicy:
     use_cuda = run.requested_device != "cpu" and CUDA in available and bool(gpus)
     precision = run.precision
     precision_rules.check("onnxruntime", precision, "cuda" if use_cuda else "cpu")
-    if use_cuda:
+    if use_cuda:  # phrase: device-placement
         ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels (requirements-cu130.txt)
         options = {"device_id": 0,
                    "cudnn_conv_algo_search": "EXHAUSTIVE",  # cuDNN autotuning (FAIRNESS.md: autotune), in the warm pass
@@ -162,12 +162,12 @@ class Session:
     inference: ort.InferenceSession
     model: ExportedModel
 
-    def features(self, images: np.ndarray) -> np.ndarray:
+    def features(self, images: np.ndarray) -> np.ndarray:  # phrase: eval-mode
         """One forward pass; returns once the features are on the host."""
         return self.inference.run([OUTPUT], {INPUT: np.ascontiguousarray(images)})[0]
 
 
-def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:
+def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:  # phrase: compile-step
     """Load the graph, optimise it (ORT_ENABLE_ALL: constant folding, fusions, layout choices) and
     bind it to the providers; refuses a CUDA cell that ONNX Runtime quietly moved to the CPU."""
     providers = policy.providers

@@ -48,7 +48,7 @@ class PaddlePolicy(Policy):
     def data_format(self) -> str:
         return "NHWC" if self.channels_last else "NCHW"
 
-    def autocast(self):
+    def autocast(self):  # phrase: autocast
         """Mixed precision through Paddle's own AMP (level O1: white-listed ops in half precision)."""
         return paddle.amp.auto_cast(enable=self.precision in _AUTOCAST_DTYPES, level="O1",
                                     dtype=_AUTOCAST_DTYPES.get(self.precision, "float16"))
@@ -97,8 +97,8 @@ def select_device(run: Run) -> PaddlePolicy:
     channels_last = run.option("channels_last") == "on"
     if channels_last and run.cell.workload == "gru":
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
-    paddle.set_device("gpu:0" if device_type == "cuda" else "cpu")
-    paddle.seed(SEED)
+    paddle.set_device("gpu:0" if device_type == "cuda" else "cpu")  # phrase: device-placement
+    paddle.seed(SEED)  # phrase: seeding
     threads = cpu_threads()
     core.set_num_threads(threads)
     extras = {"layout": "NHWC (channels_last)" if channels_last else "NCHW / TNC",
@@ -113,7 +113,7 @@ def select_device(run: Run) -> PaddlePolicy:
         core.set_cudnn_switch(precision == "tf32")
         # cuDNN autotuning (FAIRNESS.md: autotune): try every convolution algorithm once per shape, keep the fastest
         paddle.set_flags({"FLAGS_cudnn_exhaustive_search": True})
-        run.sync = paddle.device.synchronize
+        run.sync = paddle.device.synchronize  # phrase: device-sync
         extras.update(allow_tf32=str(precision == "tf32").lower(), cudnn_exhaustive_search="true",
                       tf32=tf32_report())
     run.set_provenance(
@@ -214,7 +214,7 @@ def _train_step(policy: PaddlePolicy, model, optimizer, loss_function):
     """One optimizer step on a numpy batch, under the policy's autocast and loss scaler."""
     scaler = policy.grad_scaler()
 
-    def step(x: np.ndarray, y: np.ndarray) -> paddle.Tensor:
+    def step(x: np.ndarray, y: np.ndarray) -> paddle.Tensor:  # phrase: train-step
         inputs, labels = to_device(x), to_device(y)
         optimizer.clear_grad(set_to_zero=False)  # drop the gradients (PyTorch's set_to_none)
         with policy.autocast():
@@ -234,6 +234,7 @@ def train_and_evaluate(run: Run, policy: PaddlePolicy, model, optimizer, loss_fu
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
+    # phrase: eval-mode
     model.eval()  # dropout off (FAIRNESS.md: eval-mode)
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> paddle.Tensor:
@@ -242,6 +243,7 @@ def train_and_evaluate(run: Run, policy: PaddlePolicy, model, optimizer, loss_fu
 
     with paddle.no_grad(), policy.autocast():
         loop.evaluate(run, data, count_correct)
+    # end phrase
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
 
 

@@ -37,14 +37,14 @@ class TorchPolicy(Policy):
         # torch.channels_last (option channels_last=on, convolutional models only) or contiguous (NCHW)
         self.memory_format = memory_format
 
-    def batch(self, array: np.ndarray) -> torch.Tensor:
+    def batch(self, array: np.ndarray) -> torch.Tensor:  # phrase: device-placement
         """An input batch on the device, in the policy's memory format when it is an image batch."""
         tensor = to_device(array, self.device)
         if tensor.dim() == 4 and self.memory_format is not torch.contiguous_format:
             tensor = tensor.contiguous(memory_format=self.memory_format)  # NCHW values, NHWC in memory
         return tensor
 
-    def autocast(self):
+    def autocast(self):  # phrase: autocast
         """Mixed precision through PyTorch's own autocast; fp32 and tf32 run without it."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
@@ -85,9 +85,9 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     if channels_last and not convolutions:
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
-    torch.manual_seed(SEED)
+    torch.manual_seed(SEED)  # phrase: seeding
     if device.type == "cuda":
-        run.sync = torch.cuda.synchronize
+        run.sync = torch.cuda.synchronize  # phrase: device-sync
     run.set_provenance(
         framework_version=torch.__version__,
         device=device.type,
@@ -141,7 +141,7 @@ def _train_step(policy: TorchPolicy, model, optimizer, loss_function):
     """One optimizer step on a numpy batch, under the policy's autocast and loss scaler."""
     scaler = policy.grad_scaler()
 
-    def step(x: np.ndarray, y: np.ndarray) -> torch.Tensor:
+    def step(x: np.ndarray, y: np.ndarray) -> torch.Tensor:  # phrase: train-step
         inputs, labels = policy.batch(x), to_device(y, policy.device)
         optimizer.zero_grad(set_to_none=True)
         with policy.autocast():
@@ -161,6 +161,7 @@ def train_and_evaluate(run: Run, policy: TorchPolicy, model, optimizer, loss_fun
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer, policy.device)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
+    # phrase: eval-mode
     model.eval()  # dropout off (FAIRNESS.md: eval-mode)
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> torch.Tensor:
@@ -169,6 +170,7 @@ def train_and_evaluate(run: Run, policy: TorchPolicy, model, optimizer, loss_fun
 
     with torch.inference_mode(), policy.autocast():
         loop.evaluate(run, data, count_correct)
+    # end phrase
     run.record_peak_device_memory(_peak_device_memory_mb(policy.device))
 
 

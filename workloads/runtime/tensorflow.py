@@ -35,7 +35,7 @@ class TensorFlowPolicy(Policy):
         self.xla = xla
         self.fused_rnn = device == "cuda" and not xla
 
-    def compile(self, function, **keywords):
+    def compile(self, function, **keywords):  # phrase: compile-step
         """One compiled graph: tf.function, with XLA when the cell's option xla is on."""
         return tf.function(function, jit_compile=self.xla, **keywords)
 
@@ -60,13 +60,13 @@ def select_device(run: Run) -> TensorFlowPolicy:
         # nvidia-smi's name (provenance.gpu) when TensorFlow's device details lack one
         gpu_name = details.get("device_name") or run.result.provenance.gpu.get("name") or "unknown CUDA GPU"
     else:
-        tf.config.set_visible_devices([], "GPU")  # cpu requested on a GPU host: hide the GPUs
+        tf.config.set_visible_devices([], "GPU")  # cpu requested on a GPU host: hide the GPUs  # phrase: device-placement
     # fp32 means true fp32: TensorFlow turns TF32 on by default on Ampere and newer GPUs.
     tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
     tf32 = str(tf.config.experimental.tensor_float_32_execution_enabled()).lower()  # read back, as TF reports it
-    tf.random.set_seed(SEED)
+    tf.random.set_seed(SEED)  # phrase: seeding
     # Waits for every pending kernel (GPU streams, and TensorFlow's async queues if enabled).
-    run.sync = tf.test.experimental.sync_devices
+    run.sync = tf.test.experimental.sync_devices  # phrase: device-sync
     build = tf.sysconfig.get_build_info()
     device = "cuda" if on_gpu else "cpu"
     run.set_provenance(
@@ -100,7 +100,7 @@ def zeros(shape, trainable: bool = True) -> tf.Variable:
     return tf.Variable(tf.zeros(shape), trainable=trainable)
 
 
-def cross_entropy(logits, labels):
+def cross_entropy(logits, labels):  # phrase: softmax-cross-entropy
     """Mean softmax cross-entropy over the batch; softmax is folded into the loss (FAIRNESS.md: softmax-in-loss)."""
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
@@ -116,7 +116,7 @@ def record_peak_memory(run: Run, policy: TensorFlowPolicy) -> None:
 
 # --- the loops ----------------------------------------------------------------------------------
 
-def make_train_step(run: Run, policy: TensorFlowPolicy, model: tf.Module, optimizer: tf.Module, loss_function):
+def make_train_step(run: Run, policy: TensorFlowPolicy, model: tf.Module, optimizer: tf.Module, loss_function):  # phrase: train-step
     """One compiled step: forward in training mode, the loss, its gradients, the optimizer's update."""
     @policy.compile
     def train_step(inputs, labels):
@@ -147,7 +147,7 @@ def train_and_evaluate(run: Run, policy: TensorFlowPolicy, model: tf.Module, opt
         train_step = make_train_step(run, policy, model, optimizer, loss_function)
 
         @policy.compile
-        def count_correct(inputs, labels):  # dropout off (FAIRNESS.md: eval-mode: training=False)
+        def count_correct(inputs, labels):  # dropout off (FAIRNESS.md: eval-mode: training=False)  # phrase: eval-mode
             run.note_trace("eval_step")
             predictions = tf.argmax(model(inputs, training=False), axis=1, output_type=labels.dtype)
             return tf.reduce_sum(tf.cast(predictions == labels, tf.int64))

@@ -27,7 +27,7 @@ class _TensorFlow:
     def gpus(self):
         return self.tf.config.list_physical_devices("GPU")
 
-    def use(self, device: str) -> None:
+    def use(self, device: str) -> None:  # phrase: device-placement
         gpus = self.gpus()
         try:  # both must come before the first op initialises the GPUs
             if device == "cpu" and gpus:
@@ -62,7 +62,7 @@ class _TensorFlow:
         info = self.tf.sysconfig.get_build_info()
         return info.get("cuda_version"), info.get("cudnn_version")
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # phrase: device-sync
         self.tf.test.experimental.sync_devices()  # waits for every GPU stream
 
     def peak_memory_mb(self) -> float:

@@ -49,8 +49,8 @@ def select_device(run: Run) -> KerasPolicy:
     elif BACKEND == "jax":
         run.sync = FACTS.sync  # JAX dispatches asynchronously on the CPU too
     # Mixed precision through Keras' own policy (fp16 gets a LossScaleOptimizer at compile).
-    keras.mixed_precision.set_dtype_policy(policy.dtype_policy)
-    keras.utils.set_random_seed(SEED)  # Python, numpy, the backend and Keras' seed generator
+    keras.mixed_precision.set_dtype_policy(policy.dtype_policy)  # phrase: autocast
+    keras.utils.set_random_seed(SEED)  # Python, numpy, the backend and Keras' seed generator  # phrase: seeding
     cuda_version, cudnn_version = FACTS.cuda_versions() if device == "cuda" else (None, None)
     run.set_provenance(
         framework_version=f"keras {keras.__version__} / {FACTS.name} {FACTS.version}",

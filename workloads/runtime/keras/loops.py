@@ -38,7 +38,7 @@ class TrainStep:
         if run is not None and compiles_steps(model):
             count_traces(run, model, "train_step")
 
-    def __call__(self, x: np.ndarray, y: np.ndarray):
+    def __call__(self, x: np.ndarray, y: np.ndarray):  # phrase: train-step
         model = self.model
         if model.train_function is None:
             return np.float32(model.train_on_batch(x, y))
@@ -84,7 +84,7 @@ class TrainStep:
 
 # --- the loops ------------------------------------------------------------------------------------
 
-def count_correct(model: keras.Model, inputs: np.ndarray, labels: np.ndarray) -> int:
+def count_correct(model: keras.Model, inputs: np.ndarray, labels: np.ndarray) -> int:  # phrase: eval-mode
     """predict_on_batch: inference mode, dropout off (FAIRNESS.md: eval-mode); it returns numpy."""
     return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
 

@@ -26,14 +26,14 @@ def dense_gradient(gradient):
 # On JAX both are Keras ops inside the one jax.jit-compiled train step, which XLA fuses; JAX has no
 # optimizer ops of its own to call.
 
-def sgd_momentum(learning_rate: float, momentum: float) -> keras.optimizers.Optimizer:
+def sgd_momentum(learning_rate: float, momentum: float) -> keras.optimizers.Optimizer:  # phrase: sgd-momentum
     """SGD with plain momentum. Keras' form v = m*v - lr*g, w += v (TensorFlow's op computes it)
     equals PyTorch's v = m*v + g, w -= lr*v at a constant learning rate."""
     cls = {"tensorflow": _tensorflow_sgd, "torch": _torch_sgd}.get(BACKEND, lambda: keras.optimizers.SGD)()
     return cls(learning_rate=learning_rate, momentum=momentum)
 
 
-def adam(learning_rate: float, beta_1: float, beta_2: float, epsilon: float) -> keras.optimizers.Optimizer:
+def adam(learning_rate: float, beta_1: float, beta_2: float, epsilon: float) -> keras.optimizers.Optimizer:  # phrase: adam
     """Adam with epsilon added to sqrt(v-hat), as PyTorch and the Adam paper's Algorithm 1 (Keras'
     own adds it to sqrt(v): in effect eps/sqrt(1-b2^t), 32x larger at step 1), with a dense
     gradient (see _WrittenOutAdam)."""
