@@ -71,10 +71,12 @@ function phase(f, run::Run, name::String)
 end
 
 """The timed forward-only pass: one synchronised sample per batch, `forward(batch)` returning the
-features on the host (the copy included: docs/FAIRNESS.md, host-copy)."""
+features on the host (the copy included: docs/FAIRNESS.md, host-copy). Every batch's features are
+checked after its clock stopped: any NaN or infinity fails the cell (docs/FAIRNESS.md: every-step-finite)."""
 function timed_batches(forward, run::Run, batches)
     times = run.samples["batch_times_s"]
     features = nothing
+    not_finite = 0  # the first timed batch whose features are not all finite numbers
     began = time()
     for batch in batches
         run.sync()
@@ -82,9 +84,12 @@ function timed_batches(forward, run::Run, batches)
         features = forward(batch)
         run.sync()
         push!(times, (time_ns() - start) / 1e9)
+        not_finite == 0 && !all(isfinite, features) && (not_finite = length(times))
     end
     run.phases["inference"] = sum(times)
     run.phase_spans["inference"] = [[began, time()]]
+    not_finite == 0 || throw(Diverged("diverged: the extracted features of timed batch $not_finite (of " *
+                                      "$(length(times))) hold NaN or infinite values"))
     return features
 end
 

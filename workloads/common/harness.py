@@ -65,6 +65,7 @@ class Run:
         self.data_dir = data_dir or data.default_data_dir()
         self.sync: Callable[[], None] = _no_sync  # set by the framework once the device is known
         self.rng = np.random.default_rng(hyperparams.SEED)
+        self._step_not_finite: Optional[int] = None  # the first epoch in which a step's loss was not finite
         self.init = cell.init
         self.options = options.resolve(cell.framework, cell.options)  # every declared option, defaults included
         self.result = Result(cell=cell, settings=_as_dict(self.settings))
@@ -200,9 +201,13 @@ class Run:
         """The first training step's loss, the validity gate's baseline (read once, inside that step's time)."""
         self.result.samples.first_loss = float(loss)
 
-    def end_epoch(self, loss: float) -> None:
-        """Record the epoch's last training loss (read after the epoch's clock stopped)."""
+    def end_epoch(self, loss: float, loss_sum: Optional[float] = None) -> None:
+        """Record the epoch's last training loss (read after the epoch's clock stopped). ``loss_sum``,
+        the sum of every step's loss in the epoch, is not a finite number when any step's was: the
+        validity gate fails the cell then, however the epoch ended (docs/FAIRNESS.md: every-step-finite)."""
         self.result.samples.epoch_losses.append(float(loss))
+        if loss_sum is not None and not math.isfinite(float(loss_sum)) and self._step_not_finite is None:
+            self._step_not_finite = len(self.result.samples.epoch_losses)
         print(f"epoch {len(self.result.samples.epoch_losses)}: {self.result.samples.epoch_times_s[-1]:.2f} s, "
               f"loss {float(loss):.4f}", file=sys.stderr)
 
@@ -227,9 +232,11 @@ class Run:
         for batch in range(self.settings.warmup_batches):
             yield images[batch * size:(batch + 1) * size]
 
-    def timed_batches(self, images: np.ndarray) -> Iterator[np.ndarray]:
+    def timed_batches(self, images: np.ndarray,
+                      after_each: Optional[Callable[[], None]] = None) -> Iterator[np.ndarray]:
         """The timed forward-only pass: one synchronised sample per batch (the copy of the
-        features to the host included: workloads/common/loop.py, infer)."""
+        features to the host included: workloads/common/loop.py, infer). ``after_each`` runs after
+        each batch's clock has stopped, outside its sample (the validity gate's check of its output)."""
         size = self.settings.batch_size
         samples = self.result.samples
         wall_start = None
@@ -240,6 +247,8 @@ class Run:
             yield images[batch * size:(batch + 1) * size]
             self.sync()
             samples.batch_times_s.append(time.perf_counter() - start)
+            if after_each is not None:
+                after_each()
         self.result.phases["inference"] = sum(samples.batch_times_s)
         if wall_start is not None:  # one span, first timed batch to last: nothing else runs between
             self.record_span("inference", wall_start, time.time())
@@ -286,6 +295,9 @@ class Run:
         metrics.peak_host_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         self.result.provenance.process_threads = process_threads()
         problem = divergence(samples.first_loss, samples.epoch_losses)
+        if problem is None and self._step_not_finite is not None:
+            problem = ("diverged: a training step's loss in epoch {} is not a finite number (the sum of the "
+                       "epoch's step losses is not)".format(self._step_not_finite))
         if problem:
             self.invalidate(problem)
         return self.result

@@ -164,11 +164,13 @@ class Classifier:
         self.policy = policy
         self.device = policy.device
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> None:
-        """One optimizer step; the loss stays a blob until the epoch ends."""
+    def step(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One optimizer step; its loss, copied from its blob: RunNet has already waited for the net
+        (create_net), so the copy of one number adds no wait, and the validity gate sees every step's."""
         self.feed_inputs(x)
         feed("labels", y.astype(np.int32), self.device)  # SoftmaxWithLoss takes int32 labels
         workspace.RunNet(self.train.net)
+        return workspace.FetchBlob("loss")
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Logits from the test net: dropout off, is_test=1 (FAIRNESS.md: eval-mode)."""
@@ -183,7 +185,7 @@ class Classifier:
 def train_and_evaluate(run: Run, policy: Caffe2Policy, classifier: Classifier, data) -> None:
     """Train every epoch, then evaluate the test set. Caffe2 reports no peak device memory."""
     run.set_parameter_count(parameter_count(classifier.train))
-    loop.train(run, data, classifier.step, loss_value=lambda _: float(workspace.FetchBlob("loss")))
+    loop.train(run, data, classifier.step)
     loop.evaluate(run, data, classifier.count_correct)
 
 

@@ -208,7 +208,10 @@ def train_and_evaluate(run: Run, policy: ChainerPolicy, model: chainer.Chain, op
     run.set_provenance(extras={"optimizer": optimizer_description(optimizer, model)})
     with chainer.using_config("train", True):  # dropout on
         loop.train(run, data, _train_step(policy, model, optimizer, loss_function),
-                   loss_value=lambda loss: float(loss.array))
+                   loss_value=lambda loss: float(loss.array),
+                   # the arrays summed, not the Variables: a sum of Variables would keep every step's graph
+                   add_losses=lambda total, loss: loss.array if total is None else total + loss.array,
+                   sum_value=float)
     forward = _logits(policy, model)
 
     def count_correct(x: np.ndarray, y: np.ndarray):  # summed on the device, read once at the end
