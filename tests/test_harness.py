@@ -25,7 +25,8 @@ def smoke_run(workload="cnn", **cell):
 
 def test_training_epochs_keep_raw_samples_and_sync_only_at_boundaries():
     run = smoke_run()
-    run.sync = sync = CountingSync()
+    sync = CountingSync()
+    run.declare_sync(sync, "a counter")
     x, y = np.zeros((1000, 3, 32, 32), np.float32), np.arange(1000) % 10
     seen = []
     for _ in range(2):
@@ -68,7 +69,8 @@ def test_evaluation_keeps_the_partial_batch_but_respects_the_profile():
 
 def test_inference_times_each_batch_synchronised_and_ranks_the_median():
     run = smoke_run("resnet50")
-    run.sync = sync = CountingSync()
+    sync = CountingSync()
+    run.declare_sync(sync, "a counter")
     images = np.zeros((96, 1), np.float32)
     assert [len(b) for b in run.warmup_batches(images)] == [32, 32]  # a few warm batches, not one
     assert [len(b) for b in run.timed_batches(images)] == [32, 32, 32]

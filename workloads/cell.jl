@@ -59,6 +59,13 @@ function Run(document)
         Dict{String,Any}(), Dates.format(now(UTC), "yyyy-mm-ddTHH:MM:SS") * "+00:00")
 end
 
+"""The device sync the clocks wait with, and what it waits for, recorded as extras["sync"]: every
+workload declares one in its select_device, a no-op included, with its reason (docs/FAIRNESS.md: explicit-sync)."""
+function declare_sync!(run::Run, wait::Function, waits_for::String)
+    run.sync = wait
+    run.extras["sync"] = waits_for
+end
+
 """Time `f()` as phase `name`, the device synchronised before both clock reads."""
 function phase(f, run::Run, name::String)
     run.sync()
@@ -154,7 +161,7 @@ function main(arguments)
     try
         start = time_ns()
         module_ = Module(Symbol(framework))
-        Base.eval(module_, :(import Main: Unsupported, Diverged, phase, timed_batches))  # what this file provides
+        Base.eval(module_, :(import Main: Unsupported, Diverged, declare_sync!, phase, timed_batches))  # what this file provides
         Base.include(module_, file)  # imports the framework: its own phase, as in every row
         run.phases["framework_import"] = (time_ns() - start) / 1e9
         run.extras["matched"] = join(Base.invokelatest(() -> module_.MATCHED), " | ")

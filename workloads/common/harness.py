@@ -50,8 +50,21 @@ class Policy:
         return "{}({})".format(type(self).__name__, fields)
 
 
-def _no_sync() -> None:
+def no_wait() -> None:
+    """The sync of a framework whose calls return only when their work is done (it says why)."""
     return None
+
+
+class DeviceSync:
+    """A framework's device synchronisation, as its runtime declares it in ``select_device``
+    (``run.declare_sync``; docs/FAIRNESS.md: explicit-sync): ``wait()`` returns once the work the
+    framework has queued is done, ``waits_for`` says in words what it waits for (recorded in the
+    result as ``extras["sync"]``), ``no_wait`` where every call already returns finished, and why."""
+
+    def __init__(self, wait: Callable[[], None], waits_for: str):
+        if not waits_for:
+            raise ValueError("a device sync says what it waits for")
+        self.wait, self.waits_for = wait, waits_for
 
 
 class Run:
@@ -63,7 +76,7 @@ class Run:
         self.precision = cell.precision
         self.requested_device = device
         self.data_dir = data_dir or data.default_data_dir()
-        self.sync: Callable[[], None] = _no_sync  # set by the framework once the device is known
+        self.device_sync: Optional[DeviceSync] = None  # declared by the runtime once the device is known
         self.rng = np.random.default_rng(hyperparams.SEED)
         self._step_not_finite: Optional[int] = None  # the first epoch in which a step's loss was not finite
         self.init = cell.init
@@ -89,6 +102,18 @@ class Run:
         if self.init != CANONICAL_INIT:
             return None
         return canonical.parameters(self.cell.workload)
+
+    def declare_sync(self, wait: Callable[[], None], waits_for: str) -> None:
+        """The framework's device synchronisation and what it waits for (docs/FAIRNESS.md:
+        explicit-sync): every runtime's ``select_device`` declares one, ``no_wait`` included, and
+        the scaffold (workloads/common/scaffold.py) refuses a runtime that did not."""
+        self.device_sync = DeviceSync(wait, waits_for)
+        self.result.provenance.extras["sync"] = waits_for
+
+    def sync(self) -> None:
+        """Wait for the device (the declared sync); before any declaration nothing has run on it."""
+        if self.device_sync is not None:
+            self.device_sync.wait()
 
     def note_trace(self, function: str) -> None:
         """Count one Python trace of a compiled step. Call it inside the traced function's body,

@@ -52,11 +52,13 @@ function select_device(run)
     run.device == "cuda" && !has_gpu && throw(Unsupported("no CUDA GPU visible to CUDA.jl on this host"))
     device = has_gpu && run.device != "cpu" ? "cuda" : "cpu"
     if device == "cuda"
-        run.sync = CUDA.synchronize
+        declare_sync!(run, CUDA.synchronize, "CUDA.synchronize: every kernel queued on the GPU")
         CUDA.math_mode!(CUDA.DEFAULT_MATH)  # true fp32: no TF32 tensor-core math (docs/FAIRNESS.md: true-precision)
         run.provenance["gpu_name"] = CUDA.name(CUDA.device())
         run.provenance["cuda_version"] = string(CUDA.runtime_version())
     end
+    device == "cpu" && declare_sync!(run, () -> nothing, "nothing: on the CPU Knet computes on Julia Arrays, " *
+                                     "in the calling thread, each call returning finished")
     run.provenance["device"] = device
     run.provenance["framework_version"] = "Knet $(version_of(Knet)) / CUDA.jl $(version_of(CUDA)) on Julia $(VERSION)"
     run.extras["threads"] = string(Threads.nthreads())

@@ -17,7 +17,7 @@ from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 # PyPI's torch 1.10.2 is a CUDA 10.2 / cuDNN 7 build: no code for GPUs past Turing (7.5).
@@ -73,6 +73,8 @@ def select_device(run: Run) -> Caffe2Policy:
     device = "cuda" if on_gpu else "cpu"
     executor = run.option("executor")
     workers = WORKERS_PER_DEVICE if on_gpu else min(WORKERS_PER_DEVICE, usable_cpus())
+    run.declare_sync(no_wait, "nothing: workspace.RunNet returns when the net has finished (the async_scheduling "
+                     "executor waits for its final operators' events, a GPU's included)")
     run.set_provenance(
         framework_version="caffe2 in torch {}".format(metadata.version("torch")),
         device=device,

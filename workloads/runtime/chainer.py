@@ -21,7 +21,7 @@ from chainer.backends import cuda
 from chainer.functions.rnn import n_step_rnn
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 
@@ -55,7 +55,8 @@ def select_device(run: Run) -> ChainerPolicy:
         device = chainer.get_device("@cupy:0")
         device.use()
         cupy.random.seed(SEED)
-        run.sync = lambda: cupy.cuda.Device().synchronize()
+        run.declare_sync(lambda: cupy.cuda.Device().synchronize(),
+                         "cupy.cuda.Device().synchronize: every kernel queued on the GPU")
         properties = cupy.cuda.runtime.getDeviceProperties(0)
         name = properties["name"]
         run.set_provenance(
@@ -70,6 +71,7 @@ def select_device(run: Run) -> ChainerPolicy:
         )
     else:
         device = chainer.get_device("@numpy")
+        run.declare_sync(no_wait, "nothing: on the CPU Chainer computes with NumPy, which returns finished")
         run.set_provenance(
             framework_version=chainer.__version__,
             device="cpu",

@@ -22,7 +22,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 MPI_MISSING = ("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
@@ -85,7 +85,11 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
         C.device.try_set_default_device(C.device.cpu())
     C.cntk_py.set_fixed_random_seed(SEED)
     if on_gpu:
-        run.sync = _sync
+        run.declare_sync(_sync, "the last step's output copied to the host (its loss, or the features): CNTK's "
+                         "Python API has no device-wide synchronise, and each step depends on the one before")
+    else:
+        run.declare_sync(no_wait, "nothing: CNTK computes on the CPU in the calling thread, each call returning "
+                         "finished")
     device = "cuda" if on_gpu else "cpu"
     run.set_provenance(
         framework_version=C.__version__,
@@ -104,23 +108,19 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
     return policy
 
 
-_pending = []  # the last value a step left on the device, for _sync
+_pending = []  # how to read back the last value a step left on the device, for _sync
 
 
-def keep_for_sync(value) -> None:
-    """Remember a step's output (a Trainer, or a Value): reading it back is how CNTK waits for the GPU."""
-    _pending[:] = [value]
+def keep_for_sync(read_back) -> None:
+    """Remember how to copy a step's output to the host (``read_back()``): that copy is how CNTK
+    waits for the GPU."""
+    _pending[:] = [read_back]
 
 
 def _sync() -> None:
     """CNTK has no device-wide synchronise in Python: copying the last result to the host waits for it."""
     if _pending:
-        item = _pending[0]
-        if hasattr(item, "previous_minibatch_loss_average"):
-            if item.previous_minibatch_sample_count:
-                item.previous_minibatch_loss_average  # noqa: B018 - the copy to the host is the point
-        elif hasattr(item, "asarray"):
-            item.asarray()
+        _pending[0]()
 
 
 def minibatch_loss(trainer) -> float:
@@ -212,7 +212,7 @@ class Classifier:
         """One optimizer step; returns the Trainer, whose loss stays inside CNTK until the epoch ends."""
         assert self.batch_size is None or len(x) == self.batch_size, (len(x), self.batch_size)
         self.trainer.train_minibatch({self.inputs: self.feed(x), self.labels: one_hot(y, self.classes)})
-        keep_for_sync(self.trainer)
+        keep_for_sync(lambda: minibatch_loss(self.trainer))
         return self.trainer
 
     def forward(self, x: np.ndarray) -> np.ndarray:

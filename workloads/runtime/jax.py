@@ -96,7 +96,8 @@ def select_device(run: Run) -> JaxPolicy:
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "highest")
     matmul_precision = str(jax.config.jax_default_matmul_precision)  # read back, as JAX reports it
     policy = JaxPolicy(device, precision, device_type)
-    run.sync = sync  # asynchronous dispatch on the CPU too
+    run.declare_sync(sync, "jax.block_until_ready on the last dispatched jitted call's outputs (JAX has no "
+                     "device-wide synchronise; each call depends on the one before; asynchronous on the CPU too)")
     cuda_version, cudnn_version = _cuda_versions() if device_type == "cuda" else (None, None)
     run.set_provenance(
         framework_version=f"jax {jax.__version__} / flax {flax.__version__} / optax {optax.__version__}",

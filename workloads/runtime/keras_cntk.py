@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 try:  # before Keras, which imports CNTK: a missing OpenMPI becomes an "unsupported here" reason
@@ -78,6 +78,8 @@ def select_device(run: Run) -> KerasCNTKPolicy:
                               "(up to 7.5, Turing)".format(*capability))
         gpu_name = properties.name
     resolved = "cuda" if on_gpu else "cpu"
+    run.declare_sync(no_wait, "nothing: Keras 2.2's train_on_batch returns the loss as a float and "
+                     "predict_on_batch a numpy array, each copied to the host after CNTK finished the batch")
     policy = KerasCNTKPolicy(resolved, run.precision)
     K.set_image_data_format(policy.data_format)  # NCHW, CNTK's native layout: no transposes (FAIRNESS.md: layouts)
     np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy

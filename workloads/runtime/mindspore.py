@@ -153,7 +153,8 @@ def select_device(run: Run) -> MindSporePolicy:
     ms.set_seed(SEED)
     np.random.seed(SEED)  # nn.GRU draws its initial weights from numpy's global generator
     _device[0] = device_type
-    run.sync = sync
+    run.declare_sync(sync, "mindspore.runtime.synchronize: every kernel queued on the GPU" if device_type == "cuda" else
+                     "the last compiled call's output copied to the host (no synchronize on the CPU; each step chained)")
     tf32 = "n/a (CPU)"
     if device_type == "cuda":  # MindSpore has no getter for its TF32 switches: what was set, and the override
         tf32 = (f"off: op_precision.conv_allow_tf32(False), matmul_allow_tf32(False) set (MindSpore reads them "

@@ -49,7 +49,8 @@ def select_device(run: Run) -> MXNetPolicy:
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)
     np.random.seed(SEED)
-    run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator
+    run.declare_sync(mx.nd.waitall, "mx.nd.waitall: every pending operator of MXNet's asynchronous "
+                     "dependency engine (CPU and GPU alike)")
     features = mx.runtime.Features()
     run.set_provenance(
         framework_version=mx.__version__,

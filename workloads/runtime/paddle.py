@@ -27,7 +27,7 @@ import paddle
 from paddle.base import core
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 _AUTOCAST_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
@@ -107,13 +107,14 @@ def select_device(run: Run) -> PaddlePolicy:
               "tf32": "n/a (CPU)"}
     if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
         extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
+        run.declare_sync(no_wait, "nothing: Paddle's dynamic-graph CPU kernels run before the call returns")
     if device_type == "cuda":
         # fp32 means true fp32 (FAIRNESS.md: true-precision): Paddle's CUDA build allows TF32 in cuBLAS and cuDNN by default.
         core.set_cublas_switch(precision == "tf32")
         core.set_cudnn_switch(precision == "tf32")
         # cuDNN autotuning (FAIRNESS.md: autotune): try every convolution algorithm once per shape, keep the fastest
         paddle.set_flags({"FLAGS_cudnn_exhaustive_search": True})
-        run.sync = paddle.device.synchronize
+        run.declare_sync(paddle.device.synchronize, "paddle.device.synchronize: every kernel queued on the GPU")
         extras.update(allow_tf32=str(precision == "tf32").lower(), cudnn_exhaustive_search="true",
                       tf32=tf32_report())
     run.set_provenance(

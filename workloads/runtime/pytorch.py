@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -87,7 +87,9 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
     torch.manual_seed(SEED)
     if device.type == "cuda":
-        run.sync = torch.cuda.synchronize
+        run.declare_sync(torch.cuda.synchronize, "torch.cuda.synchronize: every kernel queued on the GPU's streams")
+    else:
+        run.declare_sync(no_wait, "nothing: PyTorch's CPU operators run in the calling thread and return finished")
     run.set_provenance(
         framework_version=torch.__version__,
         device=device.type,

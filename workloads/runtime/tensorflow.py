@@ -65,8 +65,8 @@ def select_device(run: Run) -> TensorFlowPolicy:
     tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
     tf32 = str(tf.config.experimental.tensor_float_32_execution_enabled()).lower()  # read back, as TF reports it
     tf.random.set_seed(SEED)
-    # Waits for every pending kernel (GPU streams, and TensorFlow's async queues if enabled).
-    run.sync = tf.test.experimental.sync_devices
+    run.declare_sync(tf.test.experimental.sync_devices, "tf.test.experimental.sync_devices: every pending "
+                     "kernel on every device TensorFlow uses (GPU streams, and its async queues if enabled)")
     build = tf.sysconfig.get_build_info()
     device = "cuda" if on_gpu else "cpu"
     run.set_provenance(

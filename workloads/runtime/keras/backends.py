@@ -11,6 +11,8 @@ import sys
 
 import keras
 
+from workloads.common.harness import no_wait
+
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
 
 
@@ -64,6 +66,11 @@ class _TensorFlow:
 
     def sync(self) -> None:
         self.tf.test.experimental.sync_devices()  # waits for every GPU stream
+
+    def device_sync(self, device: str) -> tuple:
+        """What the harness waits with on `device`, and what it waits for (FAIRNESS.md: explicit-sync)."""
+        return self.sync, ("tf.test.experimental.sync_devices: every pending kernel on every device TensorFlow "
+                           "uses (as the TensorFlow row)")
 
     def peak_memory_mb(self) -> float:
         return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
@@ -124,6 +131,10 @@ class _Jax:
         if last_outputs[0] is not None:
             self.jax.block_until_ready(last_outputs[0])
 
+    def device_sync(self, device: str) -> tuple:
+        return self.sync, ("jax.block_until_ready on the last compiled step's outputs (JAX has no device-wide "
+                           "synchronise, and dispatches asynchronously on the CPU too)")
+
     def peak_memory_mb(self) -> float | None:
         stats = self.gpus()[0].memory_stats() or {}
         return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
@@ -180,6 +191,11 @@ class _Torch:
 
     def sync(self) -> None:
         self.torch.cuda.synchronize()
+
+    def device_sync(self, device: str) -> tuple:
+        if device == "cuda":
+            return self.sync, "torch.cuda.synchronize: every kernel queued on the GPU's streams"
+        return no_wait, "nothing: PyTorch's CPU operators run in the calling thread and return finished"
 
     def peak_memory_mb(self) -> float:
         return self.torch.cuda.max_memory_allocated() / 2**20

@@ -45,9 +45,7 @@ def select_device(run: Run) -> KerasPolicy:
     policy = KerasPolicy(device, precision, jit_compile)
     if device == "cuda":
         FACTS.set_tf32(precision == "tf32")  # fp32 means true fp32
-        run.sync = FACTS.sync
-    elif BACKEND == "jax":
-        run.sync = FACTS.sync  # JAX dispatches asynchronously on the CPU too
+    run.declare_sync(*FACTS.device_sync(device))
     # Mixed precision through Keras' own policy (fp16 gets a LossScaleOptimizer at compile).
     keras.mixed_precision.set_dtype_policy(policy.dtype_policy)
     keras.utils.set_random_seed(SEED)  # Python, numpy, the backend and Keras' seed generator
