@@ -114,7 +114,8 @@ def empty_summary(workload: Workload) -> pd.DataFrame:
 def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
     """The report's own columns, defaulted where plain to_frame's frame lacks them, and the devices."""
     frame = frame.copy()
-    defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None}
+    defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None,
+                "threads_problem": ""}
     for column, value in defaults.items():
         if column not in frame:
             frame[column] = value
@@ -166,7 +167,7 @@ def _summarise_workload(workload: Workload, rows: pd.DataFrame, parity: ParityRe
         record.update({metric.name: _median(usable, metric.name) for metric in other_metrics(workload)})
         slow, traced = checks.slow_steps(usable, workload), checks.traces(usable)
         record.update(
-            flags=checks.row_flags(record["init"], slow, traced),
+            flags=checks.row_flags(record["init"], slow, traced, checks.thread_flags(usable)),
             slow_steps=slow["count"],
             traces=traced,
             details=_merged_details(shown),

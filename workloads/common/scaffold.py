@@ -48,7 +48,7 @@ class Implementation(abc.ABC):
     def device_policy(self, run):
         """`select_device`, then the contract's check: it declared the device sync."""
         policy = self.select_device(run)
-        if run.device_sync is None:
+        if run.sync_waits_for is None:
             raise TypeError("{}.select_device declared no device sync: call run.declare_sync(wait, waits_for) "
                             "(docs/FAIRNESS.md: explicit-sync)".format(type(self).__name__))
         return policy

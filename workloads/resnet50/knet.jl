@@ -61,7 +61,6 @@ function select_device(run)
                                      "in the calling thread, each call returning finished")
     run.provenance["device"] = device
     run.provenance["framework_version"] = "Knet $(version_of(Knet)) / CUDA.jl $(version_of(CUDA)) on Julia $(VERSION)"
-    run.extras["threads"] = string(Threads.nthreads())
     run.extras["tf32"] = device == "cuda" ? "off (NVIDIA_TF32_OVERRIDE=$(ENV["NVIDIA_TF32_OVERRIDE"]), CUDA.math_mode DEFAULT_MATH)" : "n/a (CPU)"
     return device == "cuda" ? KnetArray{Float32} : Array{Float32}
 end

@@ -49,6 +49,10 @@ def select_device(run: Run) -> ChainerPolicy:
     chainer.config.autotune = True
     chainer.config.use_cudnn = "auto"
     np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU
+    # FAIRNESS.md: same-threads: Chainer has no thread pool of its own; on the CPU NumPy's BLAS reads
+    # OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS at the import, and reports nothing back
+    run.record_threads(None, None, "none of its own: NumPy's BLAS, through OMP/OPENBLAS/MKL_NUM_THREADS before the "
+                       "import", note="Chainer has no thread switch and reports no count")
     if on_gpu:
         cupy = cuda.cupy
         tf32 = tf32_report()  # checked before the device is used: before any cuBLAS or cuDNN handle

@@ -16,7 +16,6 @@ even in a single process. The workload files import this module before `import c
 host without them gets an "unsupported here" cell that says how to provide them, not a crash.
 """
 import abc
-import os
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -84,6 +83,8 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
     else:
         C.device.try_set_default_device(C.device.cpu())
     C.cntk_py.set_fixed_random_seed(SEED)
+    C.cntk_py.set_max_num_cputhreads(run.threads)  # FAIRNESS.md: same-threads; CNTK has no inter-op pool
+    run.record_threads(C.cntk_py.get_max_num_cputhreads(), None, "cntk_py.set_max_num_cputhreads")
     if on_gpu:
         run.declare_sync(_sync, "the last step's output copied to the host (its loss, or the features): CNTK's "
                          "Python API has no device-wide synchronise, and each step depends on the one before")
@@ -99,8 +100,7 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
         gpu_name=gpu_name,
         extras={"layout": "NCHW / sequence axis (CNTK's only layouts)",
                 "cudnn_autotune": "CNTK's default (cuDNN algorithms chosen by measuring)" if on_gpu else "n/a",
-                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
-                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU},
     )
     policy = CNTKPolicy(device, run.precision)
     if probe_gru:

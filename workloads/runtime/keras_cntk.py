@@ -11,7 +11,6 @@ gets an "unsupported here" cell that says how to provide them. A workload hands 
 compiled model (the loss and optimizer are compile()'s). `Training` and `FeatureExtraction` are this
 runtime's side of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
-import os
 
 import numpy as np
 
@@ -84,6 +83,8 @@ def select_device(run: Run) -> KerasCNTKPolicy:
     K.set_image_data_format(policy.data_format)  # NCHW, CNTK's native layout: no transposes (FAIRNESS.md: layouts)
     np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy
     C.cntk_py.set_fixed_random_seed(SEED)
+    C.cntk_py.set_max_num_cputhreads(run.threads)  # FAIRNESS.md: same-threads; CNTK has no inter-op pool
+    run.record_threads(C.cntk_py.get_max_num_cputhreads(), None, "cntk_py.set_max_num_cputhreads")
     run.set_provenance(
         framework_version="keras {} / cntk {}".format(keras.__version__, C.__version__),
         device=resolved,
@@ -92,8 +93,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
         gpu_name=gpu_name,
         extras={"keras_backend": "cntk", "layout": policy.data_format,
                 "train_step": "model.train_on_batch (returns the loss as a float: one host sync per step)",
-                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
-                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU},
     )
     return policy
 

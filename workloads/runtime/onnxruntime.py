@@ -175,6 +175,7 @@ def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:
     providers = policy.providers
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # the default, stated
+    options.intra_op_num_threads = options.inter_op_num_threads = run.threads  # FAIRNESS.md: same-threads
     created = ort.InferenceSession(str(model.path), options, providers=providers)
     used = created.get_providers()
     wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
@@ -183,8 +184,11 @@ def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:
                           f"log above names the CUDA or cuDNN library it could not load")
     run.set_provenance(extras={"providers": ", ".join(used),
                                "graph_optimization_level": "ORT_ENABLE_ALL",
-                               "intra_op_threads": "ONNX Runtime's default (one per physical core)",
                                "tf32": tf32_report(created)})
+    applied = created.get_session_options()  # read back from the session
+    run.record_threads(applied.intra_op_num_threads, applied.inter_op_num_threads,
+                       "SessionOptions.intra_op_num_threads, inter_op_num_threads (the inter-op pool runs "
+                       "independent nodes only in ORT_PARALLEL mode; the default, sequential, leaves it idle)")
     return Session(inference=created, model=model)
 
 

@@ -12,6 +12,7 @@ import sys
 import keras
 
 from workloads.common.harness import no_wait
+from workloads.common.threads import JAX_THREADS
 
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
 
@@ -75,8 +76,10 @@ class _TensorFlow:
     def peak_memory_mb(self) -> float:
         return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
 
-    def threads(self) -> str:
-        return str(self.tf.config.threading.get_intra_op_parallelism_threads() or "auto")
+    def set_threads(self, run) -> None:
+        """The run's threads through the backend's own switches, read back (FAIRNESS.md: same-threads)."""
+        from workloads.runtime.tensorflow import set_threads
+        set_threads(run)
 
     def data_format(self, device: str) -> str:
         # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
@@ -139,8 +142,8 @@ class _Jax:
         stats = self.gpus()[0].memory_stats() or {}
         return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
 
-    def threads(self) -> str:
-        return "auto"
+    def set_threads(self, run) -> None:
+        run.record_threads(None, None, "none (JAX has no thread switch)", note=JAX_THREADS)
 
     def data_format(self, device: str) -> str:
         return "channels_last"  # JAX's convention; XLA chooses the physical GPU layout itself
@@ -200,8 +203,9 @@ class _Torch:
     def peak_memory_mb(self) -> float:
         return self.torch.cuda.max_memory_allocated() / 2**20
 
-    def threads(self) -> str:
-        return str(self.torch.get_num_threads())
+    def set_threads(self, run) -> None:
+        from workloads.runtime.pytorch import set_threads
+        set_threads(run)
 
     def data_format(self, device: str) -> str:
         # torch convolutions are NCHW; with channels_last Keras transposes around every layer.
