@@ -209,7 +209,7 @@ class Classifier:
         return x.astype(self.inputs.dtype, copy=False)
 
     def step(self, x: np.ndarray, y: np.ndarray):
-        """One optimizer step; returns the Trainer, whose loss stays inside CNTK until the epoch ends."""
+        """One optimizer step; returns the Trainer, which holds its loss (read by train_and_evaluate)."""
         assert self.batch_size is None or len(x) == self.batch_size, (len(x), self.batch_size)
         self.trainer.train_minibatch({self.inputs: self.feed(x), self.labels: one_hot(y, self.classes)})
         keep_for_sync(lambda: minibatch_loss(self.trainer))
