@@ -15,6 +15,7 @@ class RunSettings:
     results_dir: Path | None = None  # None: a fresh folder under results/ (with resume: the latest run)
     data_dir: Path | None = None  # None: the data cache ($ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)
     timeout: float | None = None  # seconds per cell before it is killed; None: no limit
+    threads: int | None = None  # every framework's intra-op and inter-op threads; None: the CPUs each cell may use
     resume: bool = False  # skip the cells already ok in results_dir
     force: bool = False  # run into a results_dir that already holds files
     idle_window_s: float = IDLE_WINDOW_S  # idle power's window before each cell metered on this host
@@ -30,7 +31,7 @@ class RunSettings:
     def from_args(cls, args, **more) -> "RunSettings":
         """The run options every run command takes (common_args.add_run_options), and `more`."""
         return cls(results_dir=args.results_dir, data_dir=args.data_dir, timeout=args.timeout, force=args.force,
-                   **more)
+                   threads=args.threads, **more)
 
     def but(self, **changes) -> "RunSettings":
         """These settings with `changes` (what the command resolved: the folder, the matrix's facts)."""

@@ -119,7 +119,7 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
                     work_dir, log_path = _cell_paths(results_dir, cell.key)
                     steps.append(CellJob(cell=cell, device=variant.device, work_dir=work_dir, log_path=log_path,
                                          data_dir=Path(data_dir).resolve(),
-                                         timeout=timeout, git_revision=revision,
+                                         timeout=timeout, git_revision=revision, threads=settings.threads,
                                          parity=f"parity/{cell.workload}" if parity else None,
                                          onnx_model=models.folder(cell),
                                          accelerator_type=settings.accelerator_types.get((cell.framework, cell.variant))))

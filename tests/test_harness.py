@@ -1,11 +1,12 @@
 """The shared timing harness and the workload side of the host/image contract."""
+import dataclasses
 import types
 
 import numpy as np
 import pytest
 
 import workloads.__main__ as workload_main
-from workloads.common import declaration, flops
+from workloads.common import declaration, flops, loop
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_UNSUPPORTED, Cell, Result
 
@@ -24,7 +25,8 @@ def smoke_run(workload="cnn", **cell):
 
 def test_training_epochs_keep_raw_samples_and_sync_only_at_boundaries():
     run = smoke_run()
-    run.sync = sync = CountingSync()
+    sync = CountingSync()
+    run.declare_sync(sync, "a counter")
     x, y = np.zeros((1000, 3, 32, 32), np.float32), np.arange(1000) % 10
     seen = []
     for _ in range(2):
@@ -71,7 +73,8 @@ def test_evaluation_keeps_the_partial_batch_but_respects_the_profile():
 
 def test_inference_times_each_batch_synchronised_and_ranks_the_median():
     run = smoke_run("resnet50")
-    run.sync = sync = CountingSync()
+    sync = CountingSync()
+    run.declare_sync(sync, "a counter")
     images = np.zeros((96, 1), np.float32)
     assert [len(b) for b in run.warmup_batches(images)] == [32, 32]  # a few warm batches, not one
     assert [len(b) for b in run.timed_batches(images)] == [32, 32, 32]
@@ -124,3 +127,62 @@ def test_unknown_framework_is_refused(tmp_path, capsys):
     assert workload_main.main(["cnn", "--framework", "caffe3", "--out", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert "choose from" in err and "pytorch" in err
+
+
+# --- the validity gate judges every step (docs/FAIRNESS.md: every-step-finite) -------------------------
+
+def _training_data(samples=1000):
+    return types.SimpleNamespace(x_train=np.zeros((samples, 3, 32, 32), np.float32),
+                                 y_train=np.arange(samples) % 10)
+
+
+@pytest.mark.parametrize("bad_step, diverged", [(None, False), (3, True), (11, True)])
+def test_a_non_finite_loss_in_the_middle_of_an_epoch_fails_the_cell(bad_step, diverged):
+    """Every epoch ends on a finite loss; a NaN in one step between is still caught, read once per epoch."""
+    run = smoke_run()
+    run.settings = dataclasses.replace(run.settings, epochs=2)  # smoke's one epoch of 8 steps, twice
+    steps = []
+
+    def step(x, y):
+        steps.append(len(steps))
+        return np.float32("nan") if len(steps) - 1 == bad_step else np.float32(2.0)
+
+    reads = []
+    loop.train(run, _training_data(), step, loss_value=lambda loss: reads.append(loss) or float(loss))
+    assert len(steps) == 16 and run.result.samples.epoch_losses == [2.0, 2.0]
+    assert len(reads) == 1 + 2 * 2  # the first step's loss, then each epoch's last loss and its sum: never per step
+    result = run.finish()
+    if diverged:
+        epoch = 1 + bad_step // 8
+        assert result.status == "failed"
+        assert result.reason == (f"diverged: a training step's loss in epoch {epoch} is not a finite number "
+                                 "(the sum of the epoch's step losses is not)")
+    else:
+        assert (result.status, result.reason) == ("ok", None)
+
+
+@pytest.mark.parametrize("bad_batch", [None, 1, 2])
+def test_non_finite_features_in_any_timed_batch_fail_the_cell(bad_batch):
+    """The last timed batch's features are finite; a NaN in an earlier one still fails the cell."""
+    run = smoke_run("resnet50")
+    settings = run.settings
+    images = np.zeros((settings.batch_size * 3, 1), np.float32)
+    calls = []
+
+    def forward(batch):
+        calls.append(len(batch))
+        features = np.ones((settings.batch_size, settings.feature_size), np.float32)
+        timed = len(calls) - settings.warmup_batches
+        if timed == bad_batch:
+            features[5, 7] = np.inf
+        return features
+
+    loop.infer(run, images, forward)
+    assert len(run.result.samples.batch_times_s) == settings.batches == 3
+    result = run.finish()
+    if bad_batch is None:
+        assert result.status == "ok"
+    else:
+        assert result.status == "failed"
+        assert result.reason == (f"diverged: the extracted features of timed batch {bad_batch} (of 3) hold NaN "
+                                 "or infinite values")

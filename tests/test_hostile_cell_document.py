@@ -24,7 +24,7 @@ def scratch(tmp_path_factory) -> Path:
 
 
 VALID_CELL_DOCUMENT = {
-    "version": 2, "device": "cpu", "data_dir": "/data", "out": "/results/result.json", "parity": None,
+    "version": 3, "device": "cpu", "data_dir": "/data", "out": "/results/result.json", "parity": None,
     "export_onnx": None, "onnx_model": None,
     "cell": {"framework": "pytorch", "workload": "cnn", "variant": "cpu", "precision": "fp32", "profile": "smoke",
              "data": "synthetic", "repeat": 2, "init": "canonical", "options": {"channels_last": "on"}},
@@ -68,15 +68,15 @@ CELL_DOCUMENT_PLANTS = {
     "fifo": (lambda path: os.mkfifo(path), "not a regular file"),
     "link": (lambda path: path.symlink_to(path.parent / "elsewhere.json"), "symbolic link"),
     "folder": (lambda path: path.mkdir(), "not a regular file"),
-    "not UTF-8": (lambda path: path.write_bytes(b'{"version": 2, "cell": {"framework": "\xff"}}'), "not UTF-8"),
-    "nested 5000 deep": (lambda path: path.write_text('{"version": 2, "cell": ' + "[" * 5000 + "]" * 5000 + "}"),
+    "not UTF-8": (lambda path: path.write_bytes(b'{"version": 3, "cell": {"framework": "\xff"}}'), "not UTF-8"),
+    "nested 5000 deep": (lambda path: path.write_text('{"version": 3, "cell": ' + "[" * 5000 + "]" * 5000 + "}"),
                          "nested"),
     "NaN repeat": (lambda path: path.write_text(json.dumps(VALID_CELL_DOCUMENT).replace('"repeat": 2', '"repeat": NaN')),
                    "NaN"),
     "negative repeat": (lambda path: path.write_text(json.dumps(VALID_CELL_DOCUMENT).replace('"repeat": 2',
                                                                                              '"repeat": -1')), "repeat"),
-    "version 2.0": (lambda path: path.write_text(json.dumps(VALID_CELL_DOCUMENT).replace('"version": 2',
-                                                                                         '"version": 2.0')), "version"),
+    "version 3.0": (lambda path: path.write_text(json.dumps(VALID_CELL_DOCUMENT).replace('"version": 3',
+                                                                                         '"version": 3.0')), "version"),
     "a megabyte-long field name": (lambda path: path.write_text(json.dumps(
         {**VALID_CELL_DOCUMENT, "x" * 900_000: 1})), "unknown field"),
     "a repeat of a million line breaks": (lambda path: path.write_text(json.dumps(

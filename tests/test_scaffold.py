@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from workloads.common import canonical, declaration, scaffold
-from workloads.common.harness import Policy, Run
+from workloads.common.harness import Policy, Run, no_wait
 from workloads.common.result import Cell
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +53,7 @@ class StandInTraining(Recorder, scaffold.Training):
         self.steps, self.opened = [], opened
 
     def select_device(self, run):
+        run.declare_sync(no_wait, "nothing: a stand-in")
         return self.note(run, "select_device", Policy("cpu", run.precision))
 
     def build_model(self, run, policy):
@@ -82,6 +83,7 @@ class StandInFeatures(Recorder, scaffold.FeatureExtraction):
         self.steps, self.opened = [], opened
 
     def select_device(self, run):
+        run.declare_sync(no_wait, "nothing: a stand-in")
         return self.note(run, "select_device", Policy("cpu", run.precision))
 
     def build_model(self, run, policy):
@@ -250,3 +252,48 @@ def test_every_python_runtime_derives_its_classes_from_the_scaffold():
         assert classes, path
         for kind, klass in classes.items():
             assert issubclass(scaffold_base(tree, kind), getattr(scaffold, kind)), (path, kind)
+
+
+def test_a_runtime_that_declares_no_device_sync_is_refused_before_any_work():
+    """Every runtime declares its sync and what it waits for (FAIRNESS.md: explicit-sync): one that
+    does not is refused by the scaffold, not timed with no wait at all."""
+    class Silent(StandInTraining):
+        def select_device(self, run):
+            return self.note(run, "select_device", Policy("cpu", run.precision))
+
+    run = smoke_run("cnn")
+    implementation = Silent(open_phases(run))
+    with pytest.raises(TypeError, match=r"Silent.select_device declared no device sync: call run.declare_sync"):
+        implementation.run(run)
+    assert [step for step, _ in implementation.steps] == ["select_device"]
+    with pytest.raises(TypeError, match="declared no device sync"):
+        implementation.parity(run, {}, {})
+
+
+def test_a_declared_sync_is_what_the_clocks_wait_with_and_is_recorded():
+    run = smoke_run("cnn")
+    waits = []
+    run.declare_sync(lambda: waits.append(1), "a list growing by one")
+    with run.phase("data_load"):
+        pass
+    assert len(waits) == 2 and run.result.provenance.extras["sync"] == "a list growing by one"
+
+
+RUNTIMES = sorted((WORKLOADS / "runtime").glob("*.py")) + sorted((WORKLOADS / "runtime" / "keras").glob("*.py"))
+
+
+def test_every_runtime_declares_its_sync_and_none_assigns_it():
+    """Read as text (the host imports no framework): each runtime module that picks a device declares
+    a sync (`run.declare_sync`, or the Keras backends' `device_sync`), and none sets `run.sync` itself."""
+    undeclared, assigned = [], []
+    for path in RUNTIMES:
+        source = path.read_text()
+        if "def select_device(run" in source and "declare_sync(" not in source:
+            undeclared.append(path.name)
+        if "run.sync =" in source:
+            assigned.append(path.name)
+    assert not undeclared and not assigned, (undeclared, assigned)
+    backends = (WORKLOADS / "runtime" / "keras" / "backends.py").read_text()
+    assert backends.count("def device_sync(self, device: str)") == 3  # TensorFlow, JAX, torch
+    knet = (WORKLOADS / "resnet50" / "knet.jl").read_text()
+    assert knet.count("declare_sync!(run, ") == 2  # the GPU and the CPU

@@ -19,8 +19,8 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from workloads.common import canonical, hyperparams, naming, options
-from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
+from workloads.common import canonical, hyperparams, naming, options, threads as thread_rules
+from workloads.common.cell import MOST_THREADS, CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, INITS, Cell
 from workloads.common.strict_json import quoted
@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--onnx-model", metavar="DIR", help="the exported ONNX model an inference engine runs "
                         "(model.onnx, model.onnx.data, export.json; default: $ROSETTA_ONNX_MODEL)")
     parser.add_argument("--out", help="where to write the JSON result (default: $ROSETTA_RESULTS_DIR/<cell>.json)")
+    parser.add_argument("--threads", type=int, help="the framework's intra-op and inter-op CPU threads (default: the "
+                        "CPUs this process may use: its affinity, capped by its cgroup's CPU quota)")
     return parser
 
 
@@ -107,7 +109,8 @@ def request_from_arguments(args: argparse.Namespace) -> CellRequest:
                 init=given(args.init, _DEFAULT_CELL.init),
                 options=dict(option.partition("=")[::2] for option in args.option or ()))
     return CellRequest(cell=cell, device=given(args.device, _DEFAULT_REQUEST.device), data_dir=args.data_dir,
-                       out=args.out, parity=args.parity, export_onnx=args.export_onnx, onnx_model=args.onnx_model)
+                       out=args.out, parity=args.parity, export_onnx=args.export_onnx, onnx_model=args.onnx_model,
+                       threads=args.threads)
 
 
 def request_problem(request: CellRequest) -> Optional[str]:
@@ -132,6 +135,8 @@ def request_problem(request: CellRequest) -> Optional[str]:
         options.check(cell.framework, cell.options)
     except options.OptionError as error:
         return str(error)
+    if request.threads is not None and not 1 <= request.threads <= MOST_THREADS:
+        return f"--threads {request.threads}: a whole number of threads from 1 to {MOST_THREADS}"
     if request.export_onnx and not request.parity:
         return "--export-onnx needs --parity DIR: the canonical weights to export"
     return out_problem(result_path(request))
@@ -173,9 +178,12 @@ def main(argv: Optional[List[str]] = None, load_workload: Optional[Callable[[Cel
             return 2
     cell.options = options.check(cell.framework, cell.options)  # defaults dropped: the same cell either way
     out = result_path(request)
-    run = Run(cell, device=request.device, data_dir=request.data_dir)
+    run = Run(cell, device=request.device, data_dir=request.data_dir, threads=request.threads)
     code = EXIT_OK
     try:
+        # the run's threads, for the libraries that read them only at import (docs/FAIRNESS.md: same-threads)
+        os.environ.update(thread_rules.environment(run.threads))
+        run.result.provenance.environment.update(thread_rules.environment(run.threads))  # as set, recorded
         os.environ.update(naming.environment(cell.framework))  # e.g. KERAS_BACKEND, before the import
         os.environ.update(naming.precision_environment(cell.precision))  # no TF32 in fp32 cells, before any CUDA handle
         if request.onnx_model:

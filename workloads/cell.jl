@@ -10,10 +10,11 @@
 
 using Dates
 using JSON
+using LinearAlgebra
 using Printf
 using Statistics
 
-const CELL_DOCUMENT_VERSION = 2  # workloads/common/cell.py
+const CELL_DOCUMENT_VERSION = 3  # workloads/common/cell.py
 const SCHEMA_VERSION = 4          # workloads/common/result.py
 const EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_UNSUPPORTED = 0, 1, 2, 3
 
@@ -59,6 +60,13 @@ function Run(document)
         Dict{String,Any}(), Dates.format(now(UTC), "yyyy-mm-ddTHH:MM:SS") * "+00:00")
 end
 
+"""The device sync the clocks wait with, and what it waits for, recorded as extras["sync"]: every
+workload declares one in its select_device, a no-op included, with its reason (docs/FAIRNESS.md: explicit-sync)."""
+function declare_sync!(run::Run, wait::Function, waits_for::String)
+    run.sync = wait
+    run.extras["sync"] = waits_for
+end
+
 """Time `f()` as phase `name`, the device synchronised before both clock reads."""
 function phase(f, run::Run, name::String)
     run.sync()
@@ -71,10 +79,12 @@ function phase(f, run::Run, name::String)
 end
 
 """The timed forward-only pass: one synchronised sample per batch, `forward(batch)` returning the
-features on the host (the copy included: docs/FAIRNESS.md, host-copy)."""
+features on the host (the copy included: docs/FAIRNESS.md, host-copy). Every batch's features are
+checked after its clock stopped: any NaN or infinity fails the cell (docs/FAIRNESS.md: every-step-finite)."""
 function timed_batches(forward, run::Run, batches)
     times = run.samples["batch_times_s"]
     features = nothing
+    not_finite = 0  # the first timed batch whose features are not all finite numbers
     began = time()
     for batch in batches
         run.sync()
@@ -82,9 +92,12 @@ function timed_batches(forward, run::Run, batches)
         features = forward(batch)
         run.sync()
         push!(times, (time_ns() - start) / 1e9)
+        not_finite == 0 && !all(isfinite, features) && (not_finite = length(times))
     end
     run.phases["inference"] = sum(times)
     run.phase_spans["inference"] = [[began, time()]]
+    not_finite == 0 || throw(Diverged("diverged: the extracted features of timed batch $not_finite (of " *
+                                      "$(length(times))) hold NaN or infinite values"))
     return features
 end
 
@@ -121,6 +134,32 @@ end
 """An error's message on one line (a JSON parser's runs over several, with a caret under the spot)."""
 one_line(error) = join(split(sprint(showerror, error)), " ")
 
+"""The threads the cell is given (docs/FAIRNESS.md: same-threads): the document's, else the CPUs
+Julia sees, capped by the cgroup's CPU quota (a container's CPU limit), as workloads/common/threads.py."""
+function threads_wanted(document)
+    asked = get(document, "threads", nothing)
+    asked isa Integer && return Int(asked)
+    cpus = Sys.CPU_THREADS
+    try
+        quota, period = split(read("/sys/fs/cgroup/cpu.max", String))[1:2]
+        quota == "max" || (cpus = min(cpus, max(1, ceil(Int, parse(Int, quota) / parse(Int, period)))))
+    catch
+    end
+    return cpus
+end
+
+"""Julia fixes its thread count when it starts (`julia --threads N`; it cannot change after): a cell
+started with another count relaunches this script once with `--threads N`, the same project and
+arguments, and exits with its code. BLAS, Knet's CPU math, takes its count here (intra-op)."""
+function with_threads(wanted::Int, arguments)
+    if Threads.nthreads() != wanted && !haskey(ENV, "ROSETTA_JULIA_RELAUNCHED")
+        command = `$(Base.julia_cmd()) --project=$(Base.active_project()) --startup-file=no --threads=$wanted
+                   $(PROGRAM_FILE) $arguments`
+        exit(run(ignorestatus(addenv(command, "ROSETTA_JULIA_RELAUNCHED" => "1"))).exitcode)
+    end
+    BLAS.set_num_threads(wanted)
+end
+
 function refuse(problem::String)
     println(stderr, "workloads/cell.jl: error: ", problem)
     exit(EXIT_REFUSED)
@@ -140,7 +179,14 @@ function main(arguments)
     version = get(document, "version", nothing)
     version == CELL_DOCUMENT_VERSION ||
         refuse("--cell $(arguments[2]): cell document version $(version); this image reads version $(CELL_DOCUMENT_VERSION)")
+    wanted = threads_wanted(document)
+    with_threads(wanted, arguments)
     run = Run(document)
+    merge!(run.provenance, Dict{String,Any}("threads_requested" => wanted,
+        "threads_intra_op" => BLAS.get_num_threads(), "threads_inter_op" => Threads.nthreads()))
+    differs = [string(what, " ", count, " reported") for (what, count) in
+               (("intra-op", BLAS.get_num_threads()), ("inter-op", Threads.nthreads())) if count != wanted]
+    isempty(differs) || (run.provenance["threads_note"] = join(differs, "; "))
     out = string(document["out"])
     workload, framework = run.cell["workload"], run.cell["framework"]
     file = joinpath(@__DIR__, workload, replace(framework, "-" => "_") * ".jl")
@@ -149,7 +195,7 @@ function main(arguments)
     try
         start = time_ns()
         module_ = Module(Symbol(framework))
-        Base.eval(module_, :(import Main: Unsupported, Diverged, phase, timed_batches))  # what this file provides
+        Base.eval(module_, :(import Main: Unsupported, Diverged, declare_sync!, phase, timed_batches))  # what this file provides
         Base.include(module_, file)  # imports the framework: its own phase, as in every row
         run.phases["framework_import"] = (time_ns() - start) / 1e9
         run.extras["matched"] = join(Base.invokelatest(() -> module_.MATCHED), " | ")

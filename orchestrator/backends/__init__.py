@@ -54,14 +54,16 @@ CELL_DOCUMENT = "cell.json"  # the cell document's name in the cell's work folde
 
 
 def cell_request(cell: Cell, *, device: str, data_dir: str, out: str, parity: str | None = None,
-                 export_onnx: str | None = None, onnx_model: str | None = None) -> CellRequest:
+                 export_onnx: str | None = None, onnx_model: str | None = None,
+                 threads: int | None = None) -> CellRequest:
     """The cell document every backend hands to the cell command (`... --cell FILE`), its paths as the
     workload sees them: `data_dir`, the dataset folder; `parity` and `onnx_model`, folders relative
-    to it; `export_onnx`, the export's folder; `out`, the result file."""
+    to it; `export_onnx`, the export's folder; `out`, the result file; `threads`, the run's --threads
+    (None: the cell takes the CPUs it may use, docs/FAIRNESS.md: same-threads)."""
     root = data_dir.rstrip("/")
     return CellRequest(cell=cell, device=device, data_dir=data_dir, out=out,
                        parity=f"{root}/{parity}" if parity else None, export_onnx=export_onnx or None,
-                       onnx_model=f"{root}/{onnx_model}" if onnx_model else None)
+                       onnx_model=f"{root}/{onnx_model}" if onnx_model else None, threads=threads)
 
 
 def write_cell_document(request: CellRequest, folder: Path) -> Path:

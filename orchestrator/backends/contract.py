@@ -43,6 +43,7 @@ class CellJob:
     export_dir: Path | None = None  # with parity: export the model to ONNX into this writable host folder
     onnx_model: str | None = None  # the exported ONNX model an inference engine runs, relative to data_dir
     accelerator_type: str | None = None  # ray: the GPU model this CUDA cell must run on (matrix.toml), else --accelerator-type
+    threads: int | None = None  # --threads: every framework's CPU threads; None: the CPUs the cell may use
 
 
 class Dispatch(ABC):

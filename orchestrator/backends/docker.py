@@ -157,7 +157,8 @@ class DockerBackend(Backend):
         out_dir = self._prepare_scratch(job)
         job.data_dir.mkdir(parents=True, exist_ok=True)  # a bind mount needs an existing source
         request = cell_request(cell, device=job.device, data_dir=DATA_MOUNT, out=RESULT_FILE, parity=job.parity,
-                               onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None)
+                               onnx_model=job.onnx_model, export_onnx=EXPORT_MOUNT if job.export_dir else None,
+                               threads=job.threads)
         document = write_cell_document(request, out_dir)
         command = ["--cell", f"{RESULTS_MOUNT}/{document.name}"]
         # Named before it exists: a Ctrl-C while the engine creates it (its answer never read) still

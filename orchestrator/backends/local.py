@@ -226,7 +226,7 @@ class LocalBackend(Backend):
             out = work / "result.json"
             request = cell_request(cell, device=job.device, data_dir=str(job.data_dir), out=str(out),
                                    parity=job.parity, onnx_model=job.onnx_model,
-                                   export_onnx=str(job.export_dir) if job.export_dir else None)
+                                   export_onnx=str(job.export_dir) if job.export_dir else None, threads=job.threads)
             command = language.command_line(python=python or "", workloads=str(source / "workloads"))
             command += ["--cell", str(write_cell_document(request, work))]
             job.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from orchestrator.backends.options import AUTO, DEFAULT_CONTAINER_MEMORY, DEFAUL
 from orchestrator import frameworks as framework_registry, images, matrix, numerals
 from orchestrator.backends import LONGEST_TIMEOUT_S, registry
 from orchestrator.errors import UserError
+from workloads.common.cell import MOST_THREADS
 from workloads.common.hyperparams import WORKLOADS
 
 
@@ -54,6 +55,14 @@ def timeout_seconds(value: str) -> float:
     return seconds
 
 
+def thread_count(value: str) -> int:
+    """--threads: a whole number of threads, 1 to MOST_THREADS."""
+    if not value.strip().isdigit() or not 1 <= int(value) <= MOST_THREADS:
+        raise argparse.ArgumentTypeError(f"must be a whole number of threads from 1 to {MOST_THREADS}, "
+                                         f"not {value!r:.40}")
+    return int(value)
+
+
 # --- which cells: run-matrix, parity ------------------------------------------------------------
 
 def add_cell_selection(parser: argparse.ArgumentParser, *, frameworks_help: str) -> None:
@@ -80,6 +89,10 @@ def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, d
                         help=f"seconds per cell before it is killed (more than 0, at most {LONGEST_TIMEOUT_S})")
     parser.add_argument("--force", action="store_true", help="run into a --results-dir that already holds "
                         "files (cells that run replace their own results; nothing is deleted)")
+    parser.add_argument("--threads", type=thread_count, metavar="N",
+                        help="the intra-op and inter-op CPU threads every framework is given, through its own "
+                        f"switches (1 to {MOST_THREADS}; default: the CPUs each cell may use: its CPU affinity, "
+                        "capped by its container's CPU limit)")
 
 
 def data_folder(explicit: Path | None) -> Path:

@@ -119,7 +119,7 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
     settings = settings.but(
         results_dir=results_dir, accelerator_types=matrix.accelerator_types(),
         record={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data, "repeat": matrix.repeats,
-                "init": matrix.init, "seed": seed,
+                "init": matrix.init, "seed": seed, "threads": settings.threads,
                 "options": {entry.name: entry.options for entry in matrix.frameworks if entry.options},
                 "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
     summary = runner.run_cells(cells, engine, known, settings, console=console)

@@ -72,9 +72,15 @@ def traces(usable: pd.DataFrame) -> dict[str, int]:
     return counts
 
 
-def row_flags(init: str, slow: dict, traced: dict[str, int]) -> list[str]:
-    """The flags of one row: its initialisers, slow steps and repeated traces."""
-    flags = []
+def thread_flags(usable: pd.DataFrame) -> list[str]:
+    """A row whose framework reports other thread counts than the run asked, or cannot set or report
+    them (FAIRNESS.md: same-threads), each distinct problem over its repeats once."""
+    return [f"threads: {problem}" for problem in sorted(set(usable["threads_problem"])) if problem]
+
+
+def row_flags(init: str, slow: dict, traced: dict[str, int], threads: list[str] = ()) -> list[str]:
+    """The flags of one row: its initialisers, slow steps, repeated traces and thread counts."""
+    flags = list(threads)
     if init == FRAMEWORK_INIT:
         flags.append("init=framework: accuracy not from the same start (each framework's own initialisers)")
     if slow["count"]:

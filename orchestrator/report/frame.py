@@ -49,6 +49,7 @@ def report_frame(results: list[Result], cpu_peaks: dict[str, dict] | None = None
     frame["step_times"] = [list(result.samples.batch_times_s or []) for result in results]
     frame["epoch_steps"] = [list(result.samples.epoch_steps or []) for result in results]
     frame["traces"] = [dict(result.samples.traces or {}) for result in results]
+    frame["threads_problem"] = [thread_problem(result) for result in results]
     # inference: the untimed warm-up batches that ran before the timed ones (the step plot says so)
     frame["warmup_batches"] = [_count(result.settings.get("warmup_batches")) for result in results]
     recorded: dict[str, set[str]] = {}
@@ -59,6 +60,15 @@ def report_frame(results: list[Result], cpu_peaks: dict[str, dict] | None = None
     for name, values in energy.frame_columns(results).items():
         frame[name] = values
     return frame
+
+
+def thread_problem(result: Result) -> str:
+    """Where the framework did not take the run's threads, or could not say (docs/FAIRNESS.md:
+    same-threads), as the cell recorded it; "" where it did, or for a result from before the rule."""
+    provenance = result.provenance
+    if provenance.threads_requested is None or not provenance.threads_note:
+        return ""
+    return f"{provenance.threads_requested} asked: {provenance.threads_note}"
 
 
 def init_of(result: Result) -> str:
@@ -102,6 +112,11 @@ def details(result: Result, expected: set[str] = frozenset()) -> dict[str, str]:
         shown["CPU quota"] = f"{provenance.cpu_quota:g} CPUs" if provenance.cpu_quota is not None else "no limit"
     if provenance.process_threads is not None:
         shown["process threads"] = str(provenance.process_threads)
+    if provenance.threads_requested is not None:
+        shown["threads asked / reported"] = (
+            f"{provenance.threads_requested} asked; " + ", ".join(
+                f"{pool} {count if count is not None else 'not reported'}"
+                for pool, count in (("intra-op", provenance.threads_intra_op), ("inter-op", provenance.threads_inter_op))))
     if provenance.environment:
         shown["environment"] = ", ".join(f"{name}={value}" for name, value in sorted(provenance.environment.items()))
     if provenance.gpu:

@@ -118,7 +118,7 @@ def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
     """The report's own columns, defaulted where plain to_frame's frame lacks them, and the devices."""
     frame = frame.copy()
     defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None,
-                "peak_flops_per_s": math.nan, "pct_of_peak": math.nan, "peak_source": ""}
+                "peak_flops_per_s": math.nan, "pct_of_peak": math.nan, "peak_source": "", "threads_problem": ""}
     for column, value in defaults.items():
         if column not in frame:
             frame[column] = value
@@ -172,7 +172,7 @@ def _summarise_workload(workload: Workload, rows: pd.DataFrame, parity: ParityRe
                       peak_source=distinct(shown, "peak_source"))
         slow, traced = checks.slow_steps(usable, workload), checks.traces(usable)
         record.update(
-            flags=checks.row_flags(record["init"], slow, traced),
+            flags=checks.row_flags(record["init"], slow, traced, checks.thread_flags(usable)),
             slow_steps=slow["count"],
             traces=traced,
             details=_merged_details(shown),

@@ -19,7 +19,7 @@ from workloads.common.result import Cell
 from workloads.common.strict_json import json_kind, quoted
 
 # Bump when a field changes meaning, so that an image older than the host says so plainly.
-CELL_DOCUMENT_VERSION = 2  # 2: the cell's init and framework options
+CELL_DOCUMENT_VERSION = 3  # 2: the cell's init and framework options; 3: the run's threads
 
 
 # A name that becomes part of a file name (the cell's key, hence the default result path): letters
@@ -34,6 +34,7 @@ PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data"
 LONGEST_CELL_DOCUMENT = 1 << 20  # bytes: a document is a few hundred
 DEEPEST_CELL_DOCUMENT = 3  # levels: the document, its cell, the cell's options
 LARGEST_REPEAT = 2 ** 31 - 1  # a repeat index; the host's matrix never comes near it
+MOST_THREADS = 4096  # --threads: far above any machine's CPUs, far below what would exhaust one's processes
 
 
 class CellDocumentError(ValueError):
@@ -71,6 +72,7 @@ class CellRequest:
     parity: Optional[str] = None  # parity check instead of the benchmark: the canonical files' folder
     export_onnx: Optional[str] = None  # with parity: export the model to ONNX into this folder
     onnx_model: Optional[str] = None  # the exported ONNX model an inference engine runs
+    threads: Optional[int] = None  # every framework's intra-op and inter-op threads; None: the CPUs the cell may use
 
     def to_json(self) -> str:
         document = {"version": CELL_DOCUMENT_VERSION}
@@ -126,6 +128,11 @@ def _checked(kind, values: dict, skip=()) -> dict:
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in value.items()):
                 raise CellDocumentError(f"{kind.__name__}.options is {quoted(value)}, not an object of strings")
+            continue
+        if name == "threads":  # CellRequest.threads: None, or a whole number from 1 to MOST_THREADS
+            if value is not None and not (type(value) is int and 1 <= value <= MOST_THREADS):
+                raise CellDocumentError(f"{kind.__name__}.threads is {quoted(value)}, not a whole number from 1 to "
+                                        f"{MOST_THREADS} (or null: the CPUs the cell may use)")
             continue
         expected = int if field.type is int else str
         optional = field.type is not int and field.type is not str  # Optional[str]

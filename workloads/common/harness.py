@@ -20,7 +20,7 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from workloads.common import canonical, data, declaration, flops, hyperparams, options
+from workloads.common import canonical, data, declaration, flops, hyperparams, options, threads as thread_rules
 from workloads.common.provenance import fill_machine_facts, process_threads
 from workloads.common.result import CANONICAL_INIT, Cell, Result
 
@@ -50,27 +50,33 @@ class Policy:
         return "{}({})".format(type(self).__name__, fields)
 
 
-def _no_sync() -> None:
+def no_wait() -> None:
+    """The sync of a framework whose calls return only when their work is done (its runtime says why)."""
     return None
 
 
 class Run:
     """One cell's run: its settings, its result record and the clocks."""
 
-    def __init__(self, cell: Cell, *, device: str = "auto", data_dir: Optional[Union[str, os.PathLike]] = None):
+    def __init__(self, cell: Cell, *, device: str = "auto", data_dir: Optional[Union[str, os.PathLike]] = None,
+                 threads: Optional[int] = None):
         self.cell = cell
         self.settings = hyperparams.settings(cell.workload, cell.profile)
         self.precision = cell.precision
         self.requested_device = device
         self.data_dir = data_dir or data.default_data_dir()
-        self.sync: Callable[[], None] = _no_sync  # set by the framework once the device is known
+        self.threads = thread_rules.resolve(threads)  # every pool's threads (docs/FAIRNESS.md: same-threads)
+        self.sync_waits_for: Optional[str] = None  # what the device sync waits for, as the runtime declared it
+        self._wait: Callable[[], None] = no_wait  # the declared sync (declare_sync)
         self.rng = np.random.default_rng(hyperparams.SEED)
+        self._step_not_finite: Optional[int] = None  # the first epoch in which a step's loss was not finite
         self.init = cell.init
         self.options = options.resolve(cell.framework, cell.options)  # every declared option, defaults included
         self.result = Result(cell=cell, settings=_as_dict(self.settings))
         self.result.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.result.provenance.extras.update({"option." + name: value for name, value in self.options.items()})
         self._fill_host_provenance()
+        self.result.provenance.threads_requested = self.threads
 
     # --- the cell's choices -----------------------------------------------------------------------
 
@@ -88,6 +94,28 @@ class Run:
         if self.init != CANONICAL_INIT:
             return None
         return canonical.parameters(self.cell.workload)
+
+    def declare_sync(self, wait: Callable[[], None], waits_for: str) -> None:
+        """The framework's device synchronisation, and in words what it waits for (recorded as
+        extras["sync"]; docs/FAIRNESS.md: explicit-sync): every runtime's ``select_device`` declares
+        one, ``no_wait`` included, and the scaffold (workloads/common/scaffold.py) refuses one that did not."""
+        if not waits_for:
+            raise ValueError("a device sync says what it waits for")
+        self._wait, self.sync_waits_for = wait, waits_for
+        self.result.provenance.extras["sync"] = waits_for
+
+    def sync(self) -> None:
+        """Wait for the device with the declared sync."""
+        self._wait()
+
+    def record_threads(self, intra_op: Optional[int], inter_op: Optional[int], how: str, note: str = "") -> None:
+        """The framework's switches that set ``self.threads`` (``how``: extras["threads"]), the intra-op
+        and inter-op counts it reports back (None: none reported, or no such pool) and why it cannot
+        obey or report, if so (docs/FAIRNESS.md: same-threads): the report flags a count or a note."""
+        provenance = self.result.provenance
+        provenance.extras["threads"] = how
+        provenance.threads_intra_op, provenance.threads_inter_op = intra_op, inter_op
+        provenance.threads_note = thread_rules.problem(self.threads, intra_op, inter_op, note) or None
 
     def note_trace(self, function: str) -> None:
         """Count one Python trace of a compiled step. Call it inside the traced function's body,
@@ -200,9 +228,12 @@ class Run:
         """The first training step's loss, the validity gate's baseline (read once, inside that step's time)."""
         self.result.samples.first_loss = float(loss)
 
-    def end_epoch(self, loss: float) -> None:
-        """Record the epoch's last training loss (read after the epoch's clock stopped)."""
+    def end_epoch(self, loss: float, loss_sum: Optional[float] = None) -> None:
+        """Record the epoch's last training loss (read after the epoch's clock stopped); ``loss_sum``, the
+        sum of its steps' losses, not finite fails the cell (docs/FAIRNESS.md: every-step-finite)."""
         self.result.samples.epoch_losses.append(float(loss))
+        if loss_sum is not None and not math.isfinite(float(loss_sum)) and self._step_not_finite is None:
+            self._step_not_finite = len(self.result.samples.epoch_losses)
         print(f"epoch {len(self.result.samples.epoch_losses)}: {self.result.samples.epoch_times_s[-1]:.2f} s, "
               f"loss {float(loss):.4f}", file=sys.stderr)
 
@@ -227,9 +258,10 @@ class Run:
         for batch in range(self.settings.warmup_batches):
             yield images[batch * size:(batch + 1) * size]
 
-    def timed_batches(self, images: np.ndarray) -> Iterator[np.ndarray]:
+    def timed_batches(self, images: np.ndarray, after_each: Optional[Callable[[], None]] = None) -> Iterator[np.ndarray]:
         """The timed forward-only pass: one synchronised sample per batch (the copy of the
-        features to the host included: workloads/common/loop.py, infer)."""
+        features to the host included: workloads/common/loop.py, infer). ``after_each`` runs after
+        each batch's clock has stopped, outside its sample (the validity gate's check of its output)."""
         size = self.settings.batch_size
         samples = self.result.samples
         wall_start = None
@@ -240,6 +272,8 @@ class Run:
             yield images[batch * size:(batch + 1) * size]
             self.sync()
             samples.batch_times_s.append(time.perf_counter() - start)
+            if after_each is not None:
+                after_each()
         self.result.phases["inference"] = sum(samples.batch_times_s)
         if wall_start is not None:  # one span, first timed batch to last: nothing else runs between
             self.record_span("inference", wall_start, time.time())
@@ -287,6 +321,9 @@ class Run:
         metrics.peak_host_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         self.result.provenance.process_threads = process_threads()
         problem = divergence(samples.first_loss, samples.epoch_losses)
+        if problem is None and self._step_not_finite is not None:
+            problem = "diverged: a training step's loss in epoch {} is not a finite number (the sum of the " \
+                      "epoch's step losses is not)".format(self._step_not_finite)
         if problem:
             self.invalidate(problem)
         return self.result

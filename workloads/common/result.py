@@ -136,6 +136,12 @@ class Provenance:
     cpu_affinity: Optional[int] = None  # CPUs this process may run on (sched_getaffinity)
     cpu_quota: Optional[float] = None  # the cgroup's CPU limit, in CPUs; None: no limit
     process_threads: Optional[int] = None  # threads the cell's process held at its end: every pool its framework started
+    # The run's thread rule (docs/FAIRNESS.md: same-threads): the threads asked of the framework, the
+    # intra-op and inter-op counts it reports back (None: it reports none), and why it differs, if it does.
+    threads_requested: Optional[int] = None
+    threads_intra_op: Optional[int] = None
+    threads_inter_op: Optional[int] = None
+    threads_note: Optional[str] = None
     environment: Dict[str, str] = field(default_factory=dict)  # the variables that change speed, as set
     gpu: Dict[str, str] = field(default_factory=dict)  # memory, clocks, power limit, persistence, ECC, MIG
     packages: List[str] = field(default_factory=list)  # every installed distribution, "name==version", sorted

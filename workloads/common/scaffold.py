@@ -20,7 +20,8 @@ more:
 
 Required of the workload file: `build_model` and `load_canonical`, and what its runtime's classes
 declare abstract besides (`TrainingWithLoss`'s make_optimizer and loss_function, CNTK's learner...).
-Required of the runtime: `select_device` and the loops (`train` and `parity_steps`, or `extract`
+Required of the runtime: `select_device` (which declares the device sync, `run.declare_sync`: what
+the harness's clocks wait for, docs/FAIRNESS.md: explicit-sync) and the loops (`train` and `parity_steps`, or `extract`
 and `parity_features`). Every other step is a hook with a default below; a workload file that
 needs another overrides it in plain sight (e.g. `build_parity_model` for a model built without
 dropout, or `select_device` for a GRU that refuses channels_last). tests/test_scaffold.py checks
@@ -40,7 +41,17 @@ class Implementation(abc.ABC):
 
     @abc.abstractmethod
     def select_device(self, run):
-        """The framework's device policy (a harness.Policy); raises Unsupported before any work."""
+        """The framework's device policy (a harness.Policy); raises Unsupported before any work.
+        Declares the device sync (`run.declare_sync(wait, waits_for)`), `harness.no_wait` where the
+        framework's calls return finished, with the reason (docs/FAIRNESS.md: explicit-sync)."""
+
+    def device_policy(self, run):
+        """`select_device`, then the contract's check: it declared the device sync."""
+        policy = self.select_device(run)
+        if run.sync_waits_for is None:
+            raise TypeError("{}.select_device declared no device sync: call run.declare_sync(wait, waits_for) "
+                            "(docs/FAIRNESS.md: explicit-sync)".format(type(self).__name__))
+        return policy
 
     # --- the workload file's part -----------------------------------------------------------------
 
@@ -107,7 +118,7 @@ class Training(Implementation):
         """The runtime's parity loop: the logits, then the logits after canonical.PARITY_STEPS steps."""
 
     def run(self, run):
-        policy = self.select_device(run)
+        policy = self.device_policy(run)
         with run.phase("data_load"):
             data = self.load_data(run)
         with run.phase("model_build"):
@@ -117,7 +128,7 @@ class Training(Implementation):
         self.train(run, policy, model, optimizer, data)
 
     def parity(self, run, params, batch):
-        policy = self.select_device(run)
+        policy = self.device_policy(run)
         model = self.build_parity_model(run, policy, batch)
         self.load_canonical(model, params)
         return self.parity_steps(run, policy, model, self.make_optimizer(model, run, policy), batch)
@@ -152,7 +163,7 @@ class FeatureExtraction(Implementation):
         """The features of the parity batch."""
 
     def run(self, run):
-        policy = self.select_device(run)
+        policy = self.device_policy(run)
         with run.phase("data_load"):
             images = self.load_data(run)
         with run.phase("model_build"):
@@ -161,7 +172,7 @@ class FeatureExtraction(Implementation):
         self.extract(run, policy, model, images)
 
     def parity(self, run, params, batch):
-        policy = self.select_device(run)
+        policy = self.device_policy(run)
         model = self.build_parity_model(run, policy, batch)
         self.load_canonical(model, params)
         return self.parity_features(run, policy, model, batch)

@@ -52,14 +52,15 @@ function select_device(run)
     run.device == "cuda" && !has_gpu && throw(Unsupported("no CUDA GPU visible to CUDA.jl on this host"))
     device = has_gpu && run.device != "cpu" ? "cuda" : "cpu"
     if device == "cuda"
-        run.sync = CUDA.synchronize  # phrase: device-sync
+        declare_sync!(run, CUDA.synchronize, "CUDA.synchronize: every kernel queued on the GPU")  # phrase: device-sync
         CUDA.math_mode!(CUDA.DEFAULT_MATH)  # true fp32: no TF32 tensor-core math (docs/FAIRNESS.md: true-precision)
         run.provenance["gpu_name"] = CUDA.name(CUDA.device())
         run.provenance["cuda_version"] = string(CUDA.runtime_version())
     end
+    device == "cpu" && declare_sync!(run, () -> nothing, "nothing: on the CPU Knet computes on Julia Arrays, " *
+                                     "in the calling thread, each call returning finished")
     run.provenance["device"] = device
     run.provenance["framework_version"] = "Knet $(version_of(Knet)) / CUDA.jl $(version_of(CUDA)) on Julia $(VERSION)"
-    run.extras["threads"] = string(Threads.nthreads())
     run.extras["tf32"] = device == "cuda" ? "off (NVIDIA_TF32_OVERRIDE=$(ENV["NVIDIA_TF32_OVERRIDE"]), CUDA.math_mode DEFAULT_MATH)" : "n/a (CPU)"
     return device == "cuda" ? KnetArray{Float32} : Array{Float32}  # phrase: device-placement
 end
@@ -186,10 +187,9 @@ function run(run)
         last
     end
     @assert size(features) == (s["feature_size"], s["batch_size"])
-    features = timed_batches(run, 1:s["batches"]) do i
+    timed_batches(run, 1:s["batches"]) do i  # each batch's features checked (the validity gate)
         Array(model(batch(i)))  # the copy to the host is inside every timed batch
     end
-    all(isfinite, features) || throw(Diverged("diverged: the extracted features hold NaN or infinite values"))
 end
 
 # --- parity -------------------------------------------------------------------------------------

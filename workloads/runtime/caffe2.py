@@ -8,7 +8,6 @@ arrays go in with FeedBlob and come out with FetchBlob. The workload files build
 loops here run them, on top of workloads/common/loop.py. `Training` and `FeatureExtraction` are
 Caffe2's side of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
-import os
 from importlib import metadata
 from typing import NamedTuple
 
@@ -17,7 +16,7 @@ from caffe2.proto import caffe2_pb2
 from caffe2.python import core, workspace
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 # PyPI's torch 1.10.2 is a CUDA 10.2 / cuDNN 7 build: no code for GPUs past Turing (7.5).
@@ -29,8 +28,9 @@ TF32_ON_CPU = "n/a (CPU)"
 
 # The framework option "executor" (workloads/common/options.py): Caffe2's async_scheduling executor runs
 # the operators of a net as a graph, independent ones at once, on a pool of worker threads; "simple"
-# runs them one after another in the calling thread. Workers per device: 4, the default of Caffe2's own
-# data_parallel_model (num_threads_per_device), fewer on a CPU this process may use less of.
+# runs them one after another in the calling thread. Workers: the run's threads (FAIRNESS.md:
+# same-threads: its inter-op pool); 4 per device, the default of Caffe2's own data_parallel_model
+# (num_threads_per_device), only where a policy is made without a run.
 ASYNC_SCHEDULING, SIMPLE = "async_scheduling", "simple"
 WORKERS_PER_DEVICE = 4
 
@@ -55,7 +55,9 @@ class Caffe2Policy(Policy):
 
 def select_device(run: Run) -> Caffe2Policy:
     """Pick the device, refuse what it cannot do (before any work), reset the workspace."""
-    workspace.GlobalInit(["caffe2", "--caffe2_log_level=2"])  # warnings and errors only
+    # warnings and errors only; the run's threads for its OpenMP and MKL math (FAIRNESS.md: same-threads)
+    workspace.GlobalInit(["caffe2", "--caffe2_log_level=2", "--caffe2_omp_num_threads={}".format(run.threads),
+                          "--caffe2_mkl_num_threads={}".format(run.threads)])
     gpus = workspace.NumCudaDevices() if workspace.has_gpu_support else 0
     if run.requested_device == "cuda" and not gpus:
         raise Unsupported("no CUDA GPU visible to Caffe2 on this host")
@@ -72,7 +74,14 @@ def select_device(run: Run) -> Caffe2Policy:
         cuda_version = str(workspace.GetCUDAVersion())
     device = "cuda" if on_gpu else "cpu"
     executor = run.option("executor")
-    workers = WORKERS_PER_DEVICE if on_gpu else min(WORKERS_PER_DEVICE, usable_cpus())
+    workers = run.threads
+    run.record_threads(None, workers if executor == ASYNC_SCHEDULING else None,
+                       "--caffe2_omp_num_threads, --caffe2_mkl_num_threads (intra-op); the async_scheduling "
+                       "executor's num_workers (inter-op)",
+                       note="Caffe2 reports no intra-op count back" + (
+                           "" if executor == ASYNC_SCHEDULING else "; the simple executor has no inter-op pool"))
+    run.declare_sync(no_wait, "nothing: workspace.RunNet returns when the net has finished (the async_scheduling "  # phrase: device-sync
+                     "executor waits for its final operators' events, a GPU's included)")
     run.set_provenance(
         framework_version="caffe2 in torch {}".format(metadata.version("torch")),
         device=device,
@@ -89,14 +98,6 @@ def select_device(run: Run) -> Caffe2Policy:
     device_option = core.DeviceOption(caffe2_pb2.CUDA if on_gpu else caffe2_pb2.CPU, 0, random_seed=SEED)
     # end phrase
     return Caffe2Policy(device_option, run.precision, device, executor, workers)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), which Caffe2's own default pool size ignores."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def describe_executor(executor: str, workers: int) -> str:
@@ -166,11 +167,13 @@ class Classifier:
         self.policy = policy
         self.device = policy.device
 
-    def step(self, x: np.ndarray, y: np.ndarray) -> None:  # phrase: train-step
-        """One optimizer step; the loss stays a blob until the epoch ends."""
+    def step(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:  # phrase: train-step
+        """One optimizer step; its loss, copied from its blob: RunNet has already waited for the net
+        (create_net), so the copy of one number adds no wait, and the validity gate sees every step's."""
         self.feed_inputs(x)
         feed("labels", y.astype(np.int32), self.device)  # SoftmaxWithLoss takes int32 labels
         workspace.RunNet(self.train.net)
+        return workspace.FetchBlob("loss")
 
     def forward(self, x: np.ndarray) -> np.ndarray:  # phrase: eval-mode
         """Logits from the test net: dropout off, is_test=1 (FAIRNESS.md: eval-mode)."""
@@ -185,7 +188,7 @@ class Classifier:
 def train_and_evaluate(run: Run, policy: Caffe2Policy, classifier: Classifier, data) -> None:
     """Train every epoch, then evaluate the test set. Caffe2 reports no peak device memory."""
     run.set_parameter_count(parameter_count(classifier.train))
-    loop.train(run, data, classifier.step, loss_value=lambda _: float(workspace.FetchBlob("loss")))
+    loop.train(run, data, classifier.step)
     loop.evaluate(run, data, classifier.count_correct)
 
 

@@ -21,7 +21,7 @@ from chainer.backends import cuda
 from chainer.functions.rnn import n_step_rnn
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 
@@ -49,13 +49,18 @@ def select_device(run: Run) -> ChainerPolicy:
     chainer.config.autotune = True
     chainer.config.use_cudnn = "auto"
     np.random.seed(SEED)  # Chainer's initializers and dropout draw from NumPy's global generator on the CPU  # phrase: seeding
+    # FAIRNESS.md: same-threads: Chainer has no thread pool of its own; on the CPU NumPy's BLAS reads
+    # OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS at the import, and reports nothing back
+    run.record_threads(None, None, "none of its own: NumPy's BLAS, through OMP/OPENBLAS/MKL_NUM_THREADS before the "
+                       "import", note="Chainer has no thread switch and reports no count")
     if on_gpu:
         cupy = cuda.cupy
         tf32 = tf32_report()  # checked before the device is used: before any cuBLAS or cuDNN handle
         device = chainer.get_device("@cupy:0")
         device.use()
         cupy.random.seed(SEED)
-        run.sync = lambda: cupy.cuda.Device().synchronize()  # phrase: device-sync
+        run.declare_sync(lambda: cupy.cuda.Device().synchronize(),  # phrase: device-sync
+                         "cupy.cuda.Device().synchronize: every kernel queued on the GPU")
         properties = cupy.cuda.runtime.getDeviceProperties(0)
         name = properties["name"]
         run.set_provenance(
@@ -70,6 +75,7 @@ def select_device(run: Run) -> ChainerPolicy:
         )
     else:
         device = chainer.get_device("@numpy")
+        run.declare_sync(no_wait, "nothing: on the CPU Chainer computes with NumPy, which returns finished")
         run.set_provenance(
             framework_version=chainer.__version__,
             device="cpu",
@@ -208,7 +214,10 @@ def train_and_evaluate(run: Run, policy: ChainerPolicy, model: chainer.Chain, op
     run.set_provenance(extras={"optimizer": optimizer_description(optimizer, model)})
     with chainer.using_config("train", True):  # dropout on
         loop.train(run, data, _train_step(policy, model, optimizer, loss_function),
-                   loss_value=lambda loss: float(loss.array))
+                   loss_value=lambda loss: float(loss.array),
+                   # the arrays summed, not the Variables: a sum of Variables would keep every step's graph
+                   add_losses=lambda total, loss: loss.array if total is None else total + loss.array,
+                   sum_value=float)
     forward = _logits(policy, model)
 
     def count_correct(x: np.ndarray, y: np.ndarray):  # summed on the device, read once at the end

@@ -16,13 +16,12 @@ even in a single process. The workload files import this module before `import c
 host without them gets an "unsupported here" cell that says how to provide them, not a crash.
 """
 import abc
-import os
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 MPI_MISSING = ("CNTK 2.7 cannot load {}: it is linked against OpenMPI 1.10 (libmpi.so.12, libmpi_cxx.so.1). "
@@ -84,8 +83,14 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
     else:
         C.device.try_set_default_device(C.device.cpu())
     C.cntk_py.set_fixed_random_seed(SEED)  # phrase: seeding
+    C.cntk_py.set_max_num_cputhreads(run.threads)  # FAIRNESS.md: same-threads; CNTK has no inter-op pool
+    run.record_threads(C.cntk_py.get_max_num_cputhreads(), None, "cntk_py.set_max_num_cputhreads")
     if on_gpu:
-        run.sync = _sync
+        run.declare_sync(_sync, "the last step's output copied to the host (its loss, or the features): CNTK's "
+                         "Python API has no device-wide synchronise, and each step depends on the one before")
+    else:
+        run.declare_sync(no_wait, "nothing: CNTK computes on the CPU in the calling thread, each call returning "
+                         "finished")
     device = "cuda" if on_gpu else "cpu"
     run.set_provenance(
         framework_version=C.__version__,
@@ -95,8 +100,7 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
         gpu_name=gpu_name,
         extras={"layout": "NCHW / sequence axis (CNTK's only layouts)",
                 "cudnn_autotune": "CNTK's default (cuDNN algorithms chosen by measuring)" if on_gpu else "n/a",
-                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
-                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU},
     )
     policy = CNTKPolicy(device, run.precision)
     if probe_gru:
@@ -104,23 +108,24 @@ def select_device(run: Run, probe_gru: bool = False) -> CNTKPolicy:
     return policy
 
 
-_pending = []  # the last value a step left on the device, for _sync
+_pending = []  # how to read back the last value a step left on the device, for _sync
 
 
-def keep_for_sync(value) -> None:
-    """Remember a step's output (a Trainer, or a Value): reading it back is how CNTK waits for the GPU."""
-    _pending[:] = [value]
+def keep_for_sync(read_back) -> None:
+    """Remember how to copy a step's output to the host (``read_back()``): that copy is how CNTK
+    waits for the GPU."""
+    _pending[:] = [read_back]
 
 
 def _sync() -> None:  # phrase: device-sync
     """CNTK has no device-wide synchronise in Python: copying the last result to the host waits for it."""
     if _pending:
-        item = _pending[0]
-        if hasattr(item, "previous_minibatch_loss_average"):
-            if item.previous_minibatch_sample_count:
-                item.previous_minibatch_loss_average  # noqa: B018 - the copy to the host is the point
-        elif hasattr(item, "asarray"):
-            item.asarray()
+        _pending[0]()
+
+
+def minibatch_loss(trainer) -> float:
+    """The last step's loss, copied to the host."""
+    return trainer.previous_minibatch_loss_average
 
 
 def parameter_count(function) -> int:
@@ -204,10 +209,10 @@ class Classifier:
         return x.astype(self.inputs.dtype, copy=False)
 
     def step(self, x: np.ndarray, y: np.ndarray):  # phrase: train-step
-        """One optimizer step; returns the Trainer, whose loss stays inside CNTK until the epoch ends."""
+        """One optimizer step; returns the Trainer, which holds its loss (read by train_and_evaluate)."""
         assert self.batch_size is None or len(x) == self.batch_size, (len(x), self.batch_size)
         self.trainer.train_minibatch({self.inputs: self.feed(x), self.labels: one_hot(y, self.classes)})
-        keep_for_sync(self.trainer)
+        keep_for_sync(lambda: minibatch_loss(self.trainer))
         return self.trainer
 
     def forward(self, x: np.ndarray) -> np.ndarray:  # phrase: eval-mode
@@ -221,7 +226,10 @@ class Classifier:
 def train_and_evaluate(run: Run, policy: CNTKPolicy, classifier: Classifier, data) -> None:
     """Train every epoch, then evaluate the test set. CNTK reports no peak device memory."""
     run.set_parameter_count(parameter_count(classifier.logits))
-    loop.train(run, data, classifier.step, loss_value=lambda trainer: trainer.previous_minibatch_loss_average)
+    # CNTK's Python API has no device-side sum: every step's loss is read on the host for the
+    # validity gate (docs/FAIRNESS.md: every-step-finite; what remains unequal says so)
+    loop.train(run, data, classifier.step, loss_value=minibatch_loss,
+               add_losses=lambda total, trainer: (total or 0.0) + minibatch_loss(trainer), sum_value=float)
     loop.evaluate(run, data, classifier.count_correct)
 
 

@@ -29,6 +29,7 @@ from flax import linen as nn
 
 from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.threads import JAX_THREADS
 from workloads.common.hyperparams import SEED
 
 _COMPUTE_DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
@@ -96,7 +97,9 @@ def select_device(run: Run) -> JaxPolicy:
     jax.config.update("jax_default_matmul_precision", "tensorfloat32" if precision == "tf32" else "highest")
     matmul_precision = str(jax.config.jax_default_matmul_precision)  # read back, as JAX reports it
     policy = JaxPolicy(device, precision, device_type)
-    run.sync = sync  # asynchronous dispatch on the CPU too
+    run.record_threads(None, None, "none (JAX has no thread switch)", note=JAX_THREADS)  # FAIRNESS.md: same-threads
+    run.declare_sync(sync, "jax.block_until_ready on the last dispatched jitted call's outputs (JAX has no "
+                     "device-wide synchronise; each call depends on the one before; asynchronous on the CPU too)")
     cuda_version, cudnn_version = _cuda_versions() if device_type == "cuda" else (None, None)
     run.set_provenance(
         framework_version=f"jax {jax.__version__} / flax {flax.__version__} / optax {optax.__version__}",

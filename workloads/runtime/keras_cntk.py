@@ -11,12 +11,11 @@ gets an "unsupported here" cell that says how to provide them. A workload hands 
 compiled model (the loss and optimizer are compile()'s). `Training` and `FeatureExtraction` are this
 runtime's side of the scaffold every workload file fills in (workloads/common/scaffold.py).
 """
-import os
 
 import numpy as np
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 try:  # before Keras, which imports CNTK: a missing OpenMPI becomes an "unsupported here" reason
@@ -78,12 +77,16 @@ def select_device(run: Run) -> KerasCNTKPolicy:
                               "(up to 7.5, Turing)".format(*capability))
         gpu_name = properties.name
     resolved = "cuda" if on_gpu else "cpu"
+    run.declare_sync(no_wait, "nothing: Keras 2.2's train_on_batch returns the loss as a float and "  # phrase: device-sync
+                     "predict_on_batch a numpy array, each copied to the host after CNTK finished the batch")
     policy = KerasCNTKPolicy(resolved, run.precision)
     K.set_image_data_format(policy.data_format)  # NCHW, CNTK's native layout: no transposes (FAIRNESS.md: layouts)
     # phrase: seeding
     np.random.seed(SEED)  # Keras 2.2 draws its initialisers' seeds from numpy
     C.cntk_py.set_fixed_random_seed(SEED)
     # end phrase
+    C.cntk_py.set_max_num_cputhreads(run.threads)  # FAIRNESS.md: same-threads; CNTK has no inter-op pool
+    run.record_threads(C.cntk_py.get_max_num_cputhreads(), None, "cntk_py.set_max_num_cputhreads")
     run.set_provenance(
         framework_version="keras {} / cntk {}".format(keras.__version__, C.__version__),
         device=resolved,
@@ -92,8 +95,7 @@ def select_device(run: Run) -> KerasCNTKPolicy:
         gpu_name=gpu_name,
         extras={"keras_backend": "cntk", "layout": policy.data_format,
                 "train_step": "model.train_on_batch (returns the loss as a float: one host sync per step)",
-                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU,
-                "threads": str(C.cntk_py.get_max_num_cputhreads() or os.cpu_count())},
+                "tf32": TF32_ON_GPU if on_gpu else TF32_ON_CPU},
     )
     return policy
 

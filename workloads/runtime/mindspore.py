@@ -26,10 +26,8 @@ precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned
 allows it for convolutions by default). The GPU switches have not been run: there is no CUDA
 variant yet (images/mindspore/metadata.toml says why).
 
-`select_device(run)` returns a `MindSporePolicy` (device, precision); `train_and_evaluate`,
-`parity_steps`, `extract_features` and `parity_features` run a workload's network through the shared
-loops of workloads/common/loop.py; `Training` and `FeatureExtraction` are MindSpore's side of the
-scaffold every workload file fills in (workloads/common/scaffold.py).
+`select_device(run)`, the loops (workloads/common/loop.py) and the scaffold's classes
+(workloads/common/scaffold.py) follow every runtime's shape.
 """
 from __future__ import annotations
 
@@ -42,7 +40,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 
-from workloads.common import loop, precision as precision_rules, scaffold
+from workloads.common import loop, precision as precision_rules, scaffold, threads as thread_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -151,9 +149,12 @@ def select_device(run: Run) -> MindSporePolicy:
         gpu_context.op_tuning.conv_dgrad_algo("performance")
         gpu_context.op_tuning.conv_wgrad_algo("performance")
     ms.set_seed(SEED)  # phrase: seeding
+    thread_rules.set_once((ms.device_context.cpu.op_tuning.threads_num, ms.runtime.dispatch_threads_num), run.threads)
+    run.record_threads(None, None, "op_tuning.threads_num, dispatch_threads_num", note="MindSpore reports no count")
     np.random.seed(SEED)  # nn.GRU draws its initial weights from numpy's global generator
     _device[0] = device_type
-    run.sync = sync
+    run.declare_sync(sync, "mindspore.runtime.synchronize: every kernel queued on the GPU" if device_type == "cuda" else
+                     "the last compiled call's output copied to the host (no synchronize on the CPU; each step chained)")
     tf32 = "n/a (CPU)"
     if device_type == "cuda":  # MindSpore has no getter for its TF32 switches: what was set, and the override
         tf32 = (f"off: op_precision.conv_allow_tf32(False), matmul_allow_tf32(False) set (MindSpore reads them "

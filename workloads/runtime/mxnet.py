@@ -48,8 +48,12 @@ def select_device(run: Run) -> MXNetPolicy:
     tf32 = tf32_report(on_gpu)  # fp32 means true fp32 (FAIRNESS.md: true-precision), checked before any work
     os.environ.setdefault("MXNET_CUDNN_AUTOTUNE_DEFAULT", "1")  # cuDNN autotuning (FAIRNESS.md: autotune)
     mx.random.seed(SEED)  # phrase: seeding
+    # FAIRNESS.md: same-threads: MXNet reads both variables at its import and reports neither back
+    run.record_threads(None, None, "OMP_NUM_THREADS (intra-op) and MXNET_CPU_WORKER_NTHREADS (its engine's "
+                       "CPU workers: inter-op), set before the import", note="MXNet reports no thread count back")
     np.random.seed(SEED)
-    run.sync = mx.nd.waitall  # the engine is asynchronous: wait for every pending operator  # phrase: device-sync
+    run.declare_sync(mx.nd.waitall, "mx.nd.waitall: every pending operator of MXNet's asynchronous "  # phrase: device-sync
+                     "dependency engine (CPU and GPU alike)")
     features = mx.runtime.Features()
     run.set_provenance(
         framework_version=mx.__version__,

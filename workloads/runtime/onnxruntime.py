@@ -4,7 +4,7 @@ ONNX Runtime defines no model. It runs the ResNet-50 that PyTorch's environment 
 (the orchestrator runs `python -m workloads resnet50 --framework pytorch --parity DIR --export-onnx
 OUT` once), passed here as `--onnx-model DIR` (or $ROSETTA_ONNX_MODEL): model.onnx, its weights in
 model.onnx.data beside it, and export.json saying how it was made. `InferenceSession.run` returns
-host arrays only after the device has finished, so the harness needs no `run.sync`.
+host arrays only after the device has finished, so its declared sync waits for nothing (`no_wait`).
 
 The model's weights are the canonical ones, always (`initial_weights`: --init framework is refused).
 `select_device(run)` returns an `OrtPolicy` (device, precision, the execution providers);
@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.data.checksum import file_digest
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.result import CANONICAL_INIT
 
 MODEL_VARIABLE = "ROSETTA_ONNX_MODEL"  # set from --onnx-model by workloads/__main__.py
@@ -137,6 +137,8 @@ def select_device(run: Run) -> OrtPolicy:
         providers = [(CUDA, options), CPU]  # shape arithmetic may stay on the CPU
     else:
         providers = [CPU]
+    run.declare_sync(no_wait, "nothing: InferenceSession.run returns the outputs as host arrays, after every "  # phrase: device-sync
+                     "execution provider (a GPU's included) has finished and copied them back")
     run.set_provenance(
         framework_version=ort.__version__,
         device="cuda" if use_cuda else "cpu",
@@ -173,6 +175,7 @@ def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:  # ph
     providers = policy.providers
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # the default, stated
+    options.intra_op_num_threads = options.inter_op_num_threads = run.threads  # FAIRNESS.md: same-threads
     created = ort.InferenceSession(str(model.path), options, providers=providers)
     used = created.get_providers()
     wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
@@ -181,8 +184,11 @@ def session(run: Run, policy: OrtPolicy, model: ExportedModel) -> Session:  # ph
                           f"log above names the CUDA or cuDNN library it could not load")
     run.set_provenance(extras={"providers": ", ".join(used),
                                "graph_optimization_level": "ORT_ENABLE_ALL",
-                               "intra_op_threads": "ONNX Runtime's default (one per physical core)",
                                "tf32": tf32_report(created)})
+    applied = created.get_session_options()  # read back from the session
+    run.record_threads(applied.intra_op_num_threads, applied.inter_op_num_threads,
+                       "SessionOptions.intra_op_num_threads, inter_op_num_threads (the inter-op pool runs "
+                       "independent nodes only in ORT_PARALLEL mode; the default, sequential, leaves it idle)")
     return Session(inference=created, model=model)
 
 

@@ -27,7 +27,7 @@ import paddle
 from paddle.base import core
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 _AUTOCAST_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
@@ -67,24 +67,6 @@ def _gpu_count() -> int:
     return paddle.device.cuda.device_count() if paddle.device.is_compiled_with_cuda() else 0
 
 
-def cpu_threads() -> int:
-    """CPU math threads: what OMP_NUM_THREADS said when the process started, else every usable CPU.
-
-    Paddle's import overwrites os.environ["OMP_NUM_THREADS"] with "1" when it is unset (one thread:
-    its default suits data-parallel jobs), while PyTorch, TensorFlow and JAX use every core. The
-    environment the process was started with (/proc/self/environ) is what the user asked for.
-    """
-    try:
-        with open("/proc/self/environ", "rb") as stream:
-            for entry in stream.read().split(b"\0"):
-                name, _, value = entry.partition(b"=")
-                if name == b"OMP_NUM_THREADS" and value.strip().isdigit() and int(value) > 0:
-                    return int(value)
-    except OSError:
-        pass
-    return len(os.sched_getaffinity(0))
-
-
 def select_device(run: Run) -> PaddlePolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
     gpus = _gpu_count()
@@ -99,21 +81,25 @@ def select_device(run: Run) -> PaddlePolicy:
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     paddle.set_device("gpu:0" if device_type == "cuda" else "cpu")  # phrase: device-placement
     paddle.seed(SEED)  # phrase: seeding
-    threads = cpu_threads()
-    core.set_num_threads(threads)
+    # the run's threads (FAIRNESS.md: same-threads): OMP_NUM_THREADS was set before the import (else
+    # Paddle's import sets it to 1), and Paddle's own switch here; Paddle reports neither back
+    core.set_num_threads(run.threads)
+    run.record_threads(None, None, "OMP_NUM_THREADS before the import, paddle.base.core.set_num_threads",
+                       note="Paddle reports no thread count back")
     extras = {"layout": "NHWC (channels_last)" if channels_last else "NCHW / TNC",
-              "graph": "dynamic (eager): no paddle.jit.to_static, nothing traced or compiled", "threads": threads,
+              "graph": "dynamic (eager): no paddle.jit.to_static, nothing traced or compiled",
               "autocast": _AUTOCAST_DTYPES.get(precision, "none"), "paddle_commit": paddle.version.commit,
               "tf32": "n/a (CPU)"}
     if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
         extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
+        run.declare_sync(no_wait, "nothing: Paddle's dynamic-graph CPU kernels run before the call returns")
     if device_type == "cuda":
         # fp32 means true fp32 (FAIRNESS.md: true-precision): Paddle's CUDA build allows TF32 in cuBLAS and cuDNN by default.
         core.set_cublas_switch(precision == "tf32")
         core.set_cudnn_switch(precision == "tf32")
         # cuDNN autotuning (FAIRNESS.md: autotune): try every convolution algorithm once per shape, keep the fastest
         paddle.set_flags({"FLAGS_cudnn_exhaustive_search": True})
-        run.sync = paddle.device.synchronize  # phrase: device-sync
+        run.declare_sync(paddle.device.synchronize, "paddle.device.synchronize: every kernel queued on the GPU")  # phrase: device-sync
         extras.update(allow_tf32=str(precision == "tf32").lower(), cudnn_exhaustive_search="true",
                       tf32=tf32_report())
     run.set_provenance(

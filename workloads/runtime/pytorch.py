@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from workloads.common import loop, precision as precision_rules, scaffold
-from workloads.common.harness import Policy, Run, Unsupported
+from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -86,8 +86,11 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
     torch.manual_seed(SEED)  # phrase: seeding
+    set_threads(run)
     if device.type == "cuda":
-        run.sync = torch.cuda.synchronize  # phrase: device-sync
+        run.declare_sync(torch.cuda.synchronize, "torch.cuda.synchronize: every kernel queued on the GPU's streams")  # phrase: device-sync
+    else:
+        run.declare_sync(no_wait, "nothing: PyTorch's CPU operators run in the calling thread and return finished")
     run.set_provenance(
         framework_version=torch.__version__,
         device=device.type,
@@ -96,10 +99,24 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         extras={"layout": _layout(channels_last, convolutions), "cudnn_benchmark": "true",
                 "tf32": _tf32_reported(device),
-                "autocast": str(_AUTOCAST_DTYPES.get(precision, "none")),
-                "threads": str(torch.get_num_threads())},
+                "autocast": str(_AUTOCAST_DTYPES.get(precision, "none"))},
     )
     return TorchPolicy(device, precision, memory_format)
+
+
+def set_threads(run: Run) -> None:
+    """The run's threads through PyTorch's own switches, read back (FAIRNESS.md: same-threads); the
+    inter-op pool takes its size only before it first runs (so: here, before any work). Keras on
+    torch sets them here too."""
+    torch.set_num_threads(run.threads)
+    note = ""
+    try:
+        torch.set_num_interop_threads(run.threads)
+    except RuntimeError as error:  # the pool already started in this process
+        note = f"the inter-op pool had started ({error})"
+    inter_op = torch.get_num_interop_threads()
+    run.record_threads(torch.get_num_threads(), inter_op, "torch.set_num_threads, torch.set_num_interop_threads",
+                       note if inter_op != run.threads else "")
 
 
 def _layout(channels_last: bool, convolutions: bool) -> str:

@@ -43,6 +43,7 @@ class TensorFlowPolicy(Policy):
 def select_device(run: Run) -> TensorFlowPolicy:
     """Pick the device ("cpu" or "cuda"), refuse what it cannot do (before any work), set the global switches."""
     xla = run.option("xla") == "on"  # read per cell, here: never from the environment, never at import
+    set_threads(run)  # before TensorFlow's runtime starts: its pools take their size then
     gpus = tf.config.list_physical_devices("GPU")
     if run.requested_device == "cuda" and not gpus:
         build = "" if tf.test.is_built_with_cuda() else " (this is a CPU-only TensorFlow build)"
@@ -65,8 +66,8 @@ def select_device(run: Run) -> TensorFlowPolicy:
     tf.config.experimental.enable_tensor_float_32_execution(precision == "tf32")
     tf32 = str(tf.config.experimental.tensor_float_32_execution_enabled()).lower()  # read back, as TF reports it
     tf.random.set_seed(SEED)  # phrase: seeding
-    # Waits for every pending kernel (GPU streams, and TensorFlow's async queues if enabled).
-    run.sync = tf.test.experimental.sync_devices  # phrase: device-sync
+    run.declare_sync(tf.test.experimental.sync_devices, "tf.test.experimental.sync_devices: every pending "  # phrase: device-sync
+                     "kernel on every device TensorFlow uses (GPU streams, and its async queues if enabled)")
     build = tf.sysconfig.get_build_info()
     device = "cuda" if on_gpu else "cpu"
     run.set_provenance(
@@ -79,10 +80,25 @@ def select_device(run: Run) -> TensorFlowPolicy:
                 "xla": "on: tf.function(jit_compile=True)" if xla else "off: tf.function graphs, TensorFlow's kernels",
                 "cudnn_autotune": "true (TensorFlow's default)" if on_gpu else "n/a",
                 "tf32": f"{tf32} (tf.config.experimental.tensor_float_32_execution_enabled)" if on_gpu else "n/a (CPU)",
-                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
-                "threads": str(tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count())},
+                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")},
     )
     return TensorFlowPolicy(device, precision, xla)
+
+
+def set_threads(run: Run) -> None:
+    """The run's threads through TensorFlow's own switches, read back (FAIRNESS.md: same-threads);
+    they hold only before its runtime starts (here: before any op; TF_NUM_*_THREADS were set before
+    the import too). Keras on TensorFlow sets them here too."""
+    note = ""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(run.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(run.threads)
+    except RuntimeError as error:  # the runtime had started in this process
+        note = f"TensorFlow's runtime had started ({error})"
+    # 0 means "TensorFlow's default": not a count it reports
+    run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,
+                       tf.config.threading.get_inter_op_parallelism_threads() or None,
+                       "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)
 
 
 def layout(device: str) -> str:

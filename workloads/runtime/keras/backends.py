@@ -11,6 +11,9 @@ import sys
 
 import keras
 
+from workloads.common.harness import no_wait
+from workloads.common.threads import JAX_THREADS
+
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
 
 
@@ -65,11 +68,18 @@ class _TensorFlow:
     def sync(self) -> None:  # phrase: device-sync
         self.tf.test.experimental.sync_devices()  # waits for every GPU stream
 
+    def device_sync(self, device: str) -> tuple:
+        """What the harness waits with on `device`, and what it waits for (FAIRNESS.md: explicit-sync)."""
+        return self.sync, ("tf.test.experimental.sync_devices: every pending kernel on every device TensorFlow "
+                           "uses (as the TensorFlow row)")
+
     def peak_memory_mb(self) -> float:
         return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
 
-    def threads(self) -> str:
-        return str(self.tf.config.threading.get_intra_op_parallelism_threads() or "auto")
+    def set_threads(self, run) -> None:
+        """The run's threads through the backend's own switches, read back (FAIRNESS.md: same-threads)."""
+        from workloads.runtime.tensorflow import set_threads
+        set_threads(run)
 
     def data_format(self, device: str) -> str:
         # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
@@ -124,12 +134,16 @@ class _Jax:
         if last_outputs[0] is not None:
             self.jax.block_until_ready(last_outputs[0])
 
+    def device_sync(self, device: str) -> tuple:
+        return self.sync, ("jax.block_until_ready on the last compiled step's outputs (JAX has no device-wide "
+                           "synchronise, and dispatches asynchronously on the CPU too)")
+
     def peak_memory_mb(self) -> float | None:
         stats = self.gpus()[0].memory_stats() or {}
         return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
 
-    def threads(self) -> str:
-        return "auto"
+    def set_threads(self, run) -> None:
+        run.record_threads(None, None, "none (JAX has no thread switch)", note=JAX_THREADS)
 
     def data_format(self, device: str) -> str:
         return "channels_last"  # JAX's convention; XLA chooses the physical GPU layout itself
@@ -181,11 +195,17 @@ class _Torch:
     def sync(self) -> None:
         self.torch.cuda.synchronize()
 
+    def device_sync(self, device: str) -> tuple:
+        if device == "cuda":
+            return self.sync, "torch.cuda.synchronize: every kernel queued on the GPU's streams"
+        return no_wait, "nothing: PyTorch's CPU operators run in the calling thread and return finished"
+
     def peak_memory_mb(self) -> float:
         return self.torch.cuda.max_memory_allocated() / 2**20
 
-    def threads(self) -> str:
-        return str(self.torch.get_num_threads())
+    def set_threads(self, run) -> None:
+        from workloads.runtime.pytorch import set_threads
+        set_threads(run)
 
     def data_format(self, device: str) -> str:
         # torch convolutions are NCHW; with channels_last Keras transposes around every layer.

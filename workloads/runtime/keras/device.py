@@ -31,6 +31,7 @@ class KerasPolicy(Policy):
 
 def select_device(run: Run) -> KerasPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches."""
+    FACTS.set_threads(run)  # before the backend's runtime starts (TensorFlow's pools take their size then)
     has_gpu = bool(FACTS.gpus())
     if run.requested_device == "cuda" and not has_gpu:
         raise Unsupported(f"no CUDA GPU visible to Keras' {BACKEND} backend on this host")
@@ -45,9 +46,7 @@ def select_device(run: Run) -> KerasPolicy:
     policy = KerasPolicy(device, precision, jit_compile)
     if device == "cuda":
         FACTS.set_tf32(precision == "tf32")  # fp32 means true fp32
-        run.sync = FACTS.sync
-    elif BACKEND == "jax":
-        run.sync = FACTS.sync  # JAX dispatches asynchronously on the CPU too
+    run.declare_sync(*FACTS.device_sync(device))
     # Mixed precision through Keras' own policy (fp16 gets a LossScaleOptimizer at compile).
     keras.mixed_precision.set_dtype_policy(policy.dtype_policy)  # phrase: autocast
     keras.utils.set_random_seed(SEED)  # Python, numpy, the backend and Keras' seed generator  # phrase: seeding
@@ -60,7 +59,7 @@ def select_device(run: Run) -> KerasPolicy:
         gpu_name=FACTS.gpu_name() if device == "cuda" else None,
         extras={"keras_backend": BACKEND, "layout": policy.data_format, "xla": xla,
                 "dtype_policy": policy.dtype_policy, "tf32": _tf32_reported(device),
-                "threads": FACTS.threads(), "autotune": FACTS.autotune if device == "cuda" else "none (CPU)"},
+                "autotune": FACTS.autotune if device == "cuda" else "none (CPU)"},
     )
     return policy
 

@@ -1,0 +1,70 @@
+"""The CPU threads every framework is given: the same intra-op and inter-op counts in every cell
+(docs/FAIRNESS.md: same-threads).
+
+A run's `--threads N` reaches the cell in its document (workloads/common/cell.py); without it a cell
+takes the CPUs it may use: its CPU affinity, capped by its cgroup's CPU quota (a container's CPU
+limit), so the local backend's cells get the host's usable CPUs and a Docker cell its container's.
+Before the framework is imported, `python -m workloads` sets the variables the math libraries and
+some frameworks read only then (`environment`); each runtime's `select_device` then sets the
+framework's own switches and records what the framework reports back (`Run.record_threads`).
+Standard library only (Python 3.6): the host and every image share it.
+"""
+import math
+import os
+from typing import Dict, Optional
+
+from workloads.common.provenance import cgroup_cpu_quota, cpu_affinity
+
+# Read once, at import or at the first parallel region, by the OpenMP runtimes and math libraries
+# every framework links (intra-op), TensorFlow's two pools, and MXNet's engine (its CPU workers run
+# independent operators at once: its inter-op pool).
+_INTRA_OP = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
+             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+_INTER_OP = ("TF_NUM_INTEROP_THREADS", "MXNET_CPU_WORKER_NTHREADS")
+
+
+# JAX (and Keras on JAX): no switch sizes XLA's CPU thread pools, and JAX reports none back; the
+# XLA_FLAGS once suggested for it (intra_op_parallelism_threads) are not honoured by every jaxlib.
+JAX_THREADS = ("cannot obey: JAX has no switch for its CPU thread pools (XLA sizes them from the CPUs the process "
+               "may use) and reports no count")
+
+
+def usable_cpus() -> int:
+    """The CPUs this cell may use: its affinity (else every CPU), capped by its cgroup's quota."""
+    cpus = cpu_affinity() or os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, int(math.ceil(quota))))
+    return cpus
+
+
+def resolve(requested: Optional[int]) -> int:
+    """The run's --threads, or (None) the CPUs this cell may use."""
+    return usable_cpus() if requested is None else requested
+
+
+def environment(threads: int) -> Dict[str, str]:
+    """What a cell sets before its framework is imported, so that libraries reading them only then
+    start with ``threads`` threads in each pool."""
+    return {name: str(threads) for name in _INTRA_OP + _INTER_OP}
+
+
+def set_once(setters, threads: int) -> None:
+    """Call each framework switch that takes a thread count once per process (MindSpore's raise
+    RuntimeError when called again): a second cell in one process keeps the first one's count."""
+    for setter in setters:
+        try:
+            setter(threads)
+        except RuntimeError:
+            pass
+
+
+def problem(requested: int, intra_op: Optional[int], inter_op: Optional[int], note: str = "") -> str:
+    """Why a framework's threads are not the requested ones, or "": a count it reports that
+    differs, a pool it cannot set or does not report (``note`` says which and why)."""
+    problems = ["{} {} reported".format(what, count) for what, count in (("intra-op", intra_op),
+                                                                          ("inter-op", inter_op))
+                if count is not None and count != requested]
+    if note:
+        problems.append(note)
+    return "; ".join(problems)
