@@ -1,11 +1,10 @@
 """The timing harness every framework shares: phases, epochs, batches, raw samples, metrics.
 
-A workload file calls ``run.phase(...)`` around data loading and model building, iterates
-``run.train_batches(...)`` / ``run.eval_batches(...)`` / ``run.timed_batches(...)``, and sets
-``run.sync`` to its framework's device synchronisation. The harness synchronises the device
-before every clock read, times the first training step apart from the rest (compilation and
-autotuning land there), and keeps every raw sample. It never syncs inside a training epoch
-except once after the very first step.
+The scaffold calls ``run.phase(...)`` around data loading and model building and iterates
+``run.train_batches`` / ``eval_batches`` / ``timed_batches``; each runtime declares its device sync
+(``run.declare_sync``). The harness syncs the device before every clock read, times the first
+training step apart (compilation and autotuning land there), keeps every raw sample, and never
+syncs inside a training epoch except once after the very first step.
 """
 import contextlib
 import datetime
