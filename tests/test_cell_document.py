@@ -139,6 +139,8 @@ def test_a_result_that_cannot_be_written_after_the_run_is_one_line(tmp_path, mon
 
 
 class _Succeeds:
+    MATCHED = ()  # a workload module's interface: what had to be matched, and run
+
     @staticmethod
     def run(run):
         pass

@@ -104,7 +104,7 @@ def test_synthetic_data_is_only_as_large_as_the_profile_needs():
 
 
 def _fake_framework(monkeypatch, body):
-    module = types.SimpleNamespace(run=body)
+    module = types.SimpleNamespace(run=body, MATCHED=())  # a workload module's interface
     monkeypatch.setattr(workload_main.importlib, "import_module", lambda name: module)
 
 
