@@ -194,19 +194,23 @@ def test_run_matrix_runs_the_parity_check_into_the_run_folder_and_the_report_gat
     folder = pretend_parity / "run"
     assert run_matrix(folder) == 0  # a failed parity check gates the ranking, not the exit status
     parity_cells = [cell for cell, parity in PretendParityBackend.ran if parity]
-    assert [(cell.framework, cell.variant, cell.profile, cell.data) for cell in parity_cells] == [
-        ("pytorch", "cpu", "full", "synthetic"), ("jax", "cpu", "full", "synthetic")]
+    assert [(cell.framework, cell.variant, cell.mode, cell.profile, cell.data) for cell in parity_cells] == [
+        ("pytorch", "cpu", "eager", "full", "synthetic"), ("pytorch", "cpu", "compiled", "full", "synthetic"),
+        ("jax", "cpu", "compiled", "full", "synthetic")]  # parity holds in every mode each framework runs
     parity_dir = folder / run_folder.PARITY_FOLDER
     assert parity_dir == folder / PARITY
     assert sorted(path.name for path in (parity_dir / "cells").iterdir()) == [
-        "jax__cpu__cnn__fp32__full__synthetic__r0.json", "pytorch__cpu__cnn__fp32__full__synthetic__r0.json"]
+        "jax__cpu__cnn__fp32__compiled__full__synthetic__r0.json",
+        "pytorch__cpu__cnn__fp32__compiled__full__synthetic__r0.json",
+        "pytorch__cpu__cnn__fp32__eager__full__synthetic__r0.json"]
     assert (parity_dir / "parity.json").is_file() and (parity_dir / "parity.md").is_file()
     assert run_folder.run_mode(parity_dir) == run_folder.MODE_PARITY
-    assert not (folder / "cells" / "jax__cpu__cnn__fp32__full__synthetic__r0.json").exists()
-    assert "parity check: 1 passed, 1 failed, 0 not checked" in capsys.readouterr().err
+    assert not (folder / "cells" / "jax__cpu__cnn__fp32__compiled__full__synthetic__r0.json").exists()
+    assert "parity check: 2 passed, 1 failed, 0 not checked" in capsys.readouterr().err
     markdown = (folder / "report.md").read_text()
     ranking = sections(markdown)[RANKING].split("row(s) not ranked")[0]
-    assert "| 1 | pytorch |" in ranking and "| passed |" in ranking and "jax" not in ranking
+    assert "| 1 | pytorch \\[compiled\\] |" in ranking and "| 1 | pytorch \\[eager\\] |" in ranking
+    assert "| passed |" in ranking and "jax" not in ranking
     assert "not ranked: parity: logits: relative difference" in markdown
     html = (folder / "report.html").read_text()
     assert "<th>Parity</th>" in html and "<th>Gate</th>" in html
@@ -237,7 +241,8 @@ def test_no_parity_skips_the_check_and_the_report_says_not_checked(pretend_parit
     assert not any(parity for _, parity in PretendParityBackend.ran)
     assert not (folder / run_folder.PARITY_FOLDER).exists()
     markdown = (folder / "report.md").read_text()
-    assert "| 1 | jax |" in sections(markdown)[RANKING] and "not checked: this run has no parity check" in markdown
+    assert "| 1 | jax \\[compiled\\] |" in sections(markdown)[RANKING]
+    assert "not checked: this run has no parity check" in markdown
 
 
 def test_a_link_at_the_parity_folder_is_refused_and_never_read(pretend_parity, capsys):
@@ -260,13 +265,13 @@ def test_the_real_parity_check_runs_beside_real_cells(tmp_path):
     python = framework_python("pytorch")
     folder = tmp_path / "run"
     code = main(["run-matrix", "--backend", "local", "--python", python, "--frameworks", "pytorch", "--variants",
-                 "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic", "--results-dir",
-                 str(folder), "--data-dir", str(tmp_path / "data")])
+                 "cpu", "--workloads", "cnn", "--modes", "eager", "--profile", "smoke", "--data", "synthetic",
+                 "--results-dir", str(folder), "--data-dir", str(tmp_path / "data")])
     assert code == 0
     [verdict] = json.loads((folder / run_folder.PARITY_FOLDER / "parity.json").read_text())
-    assert (verdict["framework"], verdict["status"]) == ("pytorch", "pass")
+    assert (verdict["framework"], verdict["status"]) == ("pytorch (eager)", "pass")
     ranking = sections((folder / "report.md").read_text())[RANKING]
-    assert re.search(r"\| 1 \| pytorch \| cpu \|.*\| passed \|", ranking)
+    assert re.search(r"\| 1 \| pytorch \\\[eager\\\] \| cpu \|.*\| passed \|", ranking)
 
 
 # --- energy: grouped as ranked, behind the gate ----------------------------------------------------------

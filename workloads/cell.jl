@@ -13,8 +13,8 @@ using JSON
 using Printf
 using Statistics
 
-const CELL_DOCUMENT_VERSION = 2  # workloads/common/cell.py
-const SCHEMA_VERSION = 3          # workloads/common/result.py
+const CELL_DOCUMENT_VERSION = 3  # workloads/common/cell.py
+const SCHEMA_VERSION = 4          # workloads/common/result.py
 const EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_UNSUPPORTED = 0, 1, 2, 3
 
 """Raised where the cell cannot run here (a GPU the host lacks, a precision the row does not run)."""

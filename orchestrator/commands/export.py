@@ -33,7 +33,7 @@ LINE_END = "\r\n"
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMERAL = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
-IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]
+IDENTITY = ["workload", "framework", "variant", "precision", "mode", "profile", "data", "init", "options", "repeat"]
 OUTCOME = ["status", "reason", "headline_metric", "headline"]
 # Provenance a reader filters or groups by; the rest stays in each cell's JSON.
 PROVENANCE = ["device", "gpu_name", "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from workloads.common import canonical, data, hyperparams, options
+from workloads.common import canonical, data, hyperparams, modes, options
 from workloads.common.provenance import fill_machine_facts, process_threads
 from workloads.common.result import CANONICAL_INIT, Cell, Result
 
@@ -67,9 +67,12 @@ class Run:
         self.rng = np.random.default_rng(hyperparams.SEED)
         self.init = cell.init
         self.options = options.resolve(cell.framework, cell.options)  # every declared option, defaults included
+        self.mode = modes.resolve(cell.framework, cell.mode)  # eager, graph or compiled: the runtime reads it here
         self.result = Result(cell=cell, settings=_as_dict(self.settings))
         self.result.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.result.provenance.extras.update({"option." + name: value for name, value in self.options.items()})
+        if self.mode:
+            self.result.provenance.extras["mode"] = "{}: {}".format(self.mode, modes.meaning(cell.framework, self.mode))
         self._fill_host_provenance()
 
     # --- the cell's choices -----------------------------------------------------------------------
