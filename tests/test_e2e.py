@@ -13,7 +13,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from workloads.common import hyperparams
+from workloads.common import hyperparams, modes
 from workloads.common.result import Result, json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,12 +30,18 @@ def smoke_run(tmp_path_factory):
     return results, completed
 
 
-def test_three_ok_cells_with_sane_metrics(smoke_run):
+def ok_cells(results: Path, mode: str) -> dict:
+    records = {path.name: Result.read(path) for path in (results / "cells").glob("*.json")}
+    ok = {r.cell.workload: r for r in records.values() if r.status == "ok" and r.cell.mode == mode}
+    assert sorted(ok) == ["cnn", "gru", "resnet50"], {k: (r.status, r.reason) for k, r in records.items()}
+    return ok
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_three_ok_cells_with_sane_metrics_in_each_mode(smoke_run, mode):
     results, completed = smoke_run
     assert completed.returncode == 0, completed.stderr
-    records = {path.name: Result.read(path) for path in (results / "cells").glob("*.json")}
-    ok = {r.cell.workload: r for r in records.values() if r.status == "ok"}
-    assert sorted(ok) == ["cnn", "gru", "resnet50"], {k: (r.status, r.reason) for k, r in records.items()}
+    ok = ok_cells(results, mode)
     for workload, result in ok.items():
         settings = hyperparams.settings(workload, "smoke")
         # the same model as the reference: parameter count pinned in hyperparams
@@ -60,10 +66,31 @@ def test_three_ok_cells_with_sane_metrics(smoke_run):
     assert resnet.metrics.seconds_per_1000_images == pytest.approx(median / 32 * 1000)
 
 
+def test_the_compiled_rows_ran_torch_compile_with_their_caches_in_the_cells_own_folder(smoke_run):
+    """docs/FAIRNESS.md, modes-compared: the compiled rows are torch.compile (inductor) on the CPU
+    with the machine's C++ compiler, each graph compiled once, compilation in the first step (or
+    the warm-up pass), caches in the cell's temporary folder, never the home folder; and parity
+    holds in the compiled mode too."""
+    results, _ = smoke_run
+    ok, eager = ok_cells(results, "compiled"), ok_cells(results, "eager")
+    for workload, result in ok.items():
+        extras = result.provenance.extras
+        assert extras["mode"].startswith("compiled: torch.compile (inductor)"), extras
+        assert extras["compiler"].startswith("inductor: C++/OpenMP kernels built by "), extras
+        assert "caches in the cell's temporary folder" in extras["compiler"] and "/home" not in extras["compiler"]
+        assert result.samples.traces and all(name.startswith("torch.compile graph ") and count == 1
+                                             for name, count in result.samples.traces.items()), result.samples.traces
+        assert "compiler" not in eager[workload].provenance.extras and eager[workload].samples.traces == {}
+    for workload in ("cnn", "gru"):  # compilation lands in the first step, timed apart
+        assert ok[workload].samples.first_step_s > max(ok[workload].samples.batch_times_s[1:])
+    table = (results / "parity" / "parity.md").read_text()
+    assert table.count("| pytorch (compiled) | cpu |") >= 3 and "FAIL" not in table, table
+
+
 def test_cuda_variant_is_recorded_not_crashed(smoke_run):
     results, _ = smoke_run
     cuda = [Result.read(p) for p in (results / "cells").glob("pytorch__cu130__*.json")]
-    assert len(cuda) == 3
+    assert len(cuda) == 3 * 2  # workloads x modes
     assert all(r.status in ("ok", "unsupported") for r in cuda)
 
 
@@ -90,7 +117,8 @@ def test_report_rendered(smoke_run):
     html = (results / "report.html").read_text()
     for title in ("CNN", "ResNet-50", "GRU"):
         assert title in markdown
-    assert markdown.count("| pytorch | cpu | fp32 |") == 3
+    assert markdown.count("| pytorch \\[eager\\] | cpu | fp32 |") == 3
+    assert markdown.count("| pytorch \\[compiled\\] | cpu | fp32 |") == 3
     assert "Published reference" in markdown and "K80" in markdown
     assert html.count('<figure class="chart">') == 3 and "<script" not in html
 
@@ -102,7 +130,7 @@ def test_resume_skips_finished_cells(smoke_run):
                "--resume"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr
-    assert "3 cell(s) already ok, 0 to run" in completed.stderr
+    assert "6 cell(s) already ok, 0 to run" in completed.stderr
 
 
 def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
@@ -116,7 +144,7 @@ def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
                "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity")]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert completed.returncode == 0, completed.stderr
-    assert "| pytorch | cpu | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
+    assert "| pytorch (eager) | cpu | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
     for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
         weights, batch = canonical.load(tmp_path / "data" / "parity" / workload)
         result = Result.read(next((tmp_path / "parity" / "cells").glob(f"pytorch__*__{workload}__*.json")))
@@ -150,7 +178,8 @@ def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
     not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"}
     assert completed.returncode == 0 and not not_ok, (completed.stderr[-3000:], not_ok)
     known = frameworks.discover()
-    assert len(results) == sum(len(known[name].workloads) for name in names)  # ONNX Runtime: resnet50 only
+    # ONNX Runtime: resnet50 only; each framework in every mode it declares
+    assert len(results) == sum(len(known[name].workloads) * len(modes.declared(name)) for name in names)
     for result in results:
         assert result.metrics.parameter_count == hyperparams.settings(result.cell.workload, "smoke").parameter_count
     check_the_same_start_and_fast_paths(results)
@@ -164,7 +193,7 @@ def assert_parity_passed(results_dir, names):
     table = table_path.read_text() if table_path.exists() else ""
     assert table and "FAIL" not in table, table
     for name in names:
-        assert f"| {name} |" in table, (name, table)
+        assert f"| {name} (" in table, (name, table)  # "| pytorch (eager) |": the row names its mode
 
 
 def check_the_same_start_and_fast_paths(results):

@@ -308,9 +308,10 @@ def test_energy_is_grouped_exactly_as_the_rankings_and_behind_the_same_gate(tmp_
 
 # --- the grid ---------------------------------------------------------------------------------------------
 
-def inference(framework, images_per_s, *, device="cuda") -> Result:
+def inference(framework, images_per_s, *, device="cuda", mode="") -> Result:
     return measured(Result(
-        cell=Cell(framework, "resnet50", variant="cuda12" if device == "cuda" else "cpu", profile="full", data="real"),
+        cell=Cell(framework, "resnet50", variant="cuda12" if device == "cuda" else "cpu", profile="full", data="real",
+                  mode=mode),
         metrics=Metrics(images_per_s=images_per_s, seconds_per_1000_images=1000 / images_per_s,
                         parameter_count=declaration.get("resnet50").settings().parameter_count),
         provenance=Provenance(framework_version="1.0", device=device, gpu_name=H200 if device == "cuda" else None,
@@ -328,6 +329,29 @@ def test_grid_rows_are_ordered_by_one_figure_defined_the_same_for_every_row(tmp_
     assert grid["order"].startswith("Rows are ordered by the first column, CNN — CIFAR-10 training")
     markdown, html = (path.read_text() for path in render(tmp_path))
     assert grid["order"] in " ".join(sections(markdown)[GRID].split()) and grid["order"] in html
+
+
+def test_modes_are_ranked_side_by_side_and_the_grid_shows_each_frameworks_best_mode_by_name(tmp_path):
+    """FAIRNESS.md, modes-compared: one device and precision ranks every mode of every framework as
+    a row of its own, named by its mode; the grid has one row per framework, each cell the best of
+    its modes there, naming that mode (which may differ from workload to workload)."""
+    write(tmp_path, [training("pytorch", 1000, mode="eager"), training("pytorch", 1500, mode="compiled"),
+                     training("tensorflow", 1200, mode="graph"), training("tensorflow", 900, mode="compiled"),
+                     inference("pytorch", 100, mode="eager"), inference("pytorch", 80, mode="compiled"),
+                     inference("tensorflow", 90, mode="compiled")])
+    summary = summary_of(tmp_path)
+    assert summary["row_name"].tolist() == ["pytorch [compiled]", "tensorflow [graph]", "pytorch [eager]",
+                                            "tensorflow [compiled]"]
+    assert summary["rank"].tolist() == [1, 2, 3, 4] and summary["group"].nunique() == 1
+    context = build_context(report_frame(load_cells(tmp_path).results), load_reference(), charts=False)
+    [grid] = context["grids"]
+    shown = {row["name"]: [(cell["text"], cell["mode"], cell["best"]) for cell in row["cells"]] for row in grid["rows"]}
+    assert shown == {"pytorch": [("1,500", "compiled", True), ("100", "eager", True)],
+                     "tensorflow": [("1,200", "graph", False), ("90", "compiled", False)]}
+    markdown, html = (path.read_text() for path in render(tmp_path))
+    assert "| pytorch · cuda12 | **1,500** \\[compiled\\] | **100** \\[eager\\] |" in sections(markdown)[GRID]
+    assert '<span class="mode">compiled</span>' in html and '<span class="mode">graph</span>' in html
+    assert "pytorch \\[compiled\\]" in sections(markdown)[RANKING]
 
 
 def test_a_group_whose_rows_have_no_ok_cell_is_no_grid(tmp_path):
