@@ -43,7 +43,7 @@ from orchestrator.report.gate import DIVERGED
 from orchestrator.report.groups import device_label, row_name, with_devices
 from orchestrator.results import CELLS_FOLDER, INVALID, Unreadable, load_cells
 from orchestrator.run_folder import COMPARE_PAGES
-from workloads.common import declaration
+from workloads.common import declaration, modes
 from workloads.common.declaration import HIGHER
 
 # What a cell is, whatever its repeat (workloads.common.result.Cell.key without "r<N>"); the
@@ -160,6 +160,10 @@ def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, list[U
         raise UserError(f"{side}: {error}") from None
     frame = with_devices(report_frame(loaded.results))
     frame["machine"] = [device_label(kind, model) for kind, model in zip(frame["device_kind"], frame["device_model"])]
+    # a result from before modes were declared ran its framework's default mode: the same cell as one
+    # that names it, so that a run is compared with an older published one
+    frame["mode"] = [modes.resolve(str(framework), mode if isinstance(mode, str) else "")
+                     for framework, mode in zip(frame["framework"], frame["mode"])]
     frame[IDENTITY] = frame[IDENTITY].fillna("").astype(str)
     return frame, loaded.unreadable
 
