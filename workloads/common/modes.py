@@ -39,7 +39,8 @@ _GRAPH_ONLY = "{} runs a static graph only (no eager API in these rows)"
 MODES = {
     "pytorch": (Mode(EAGER, "eager PyTorch, operator by operator (PyTorch's default)"),
                 Mode(COMPILED, "torch.compile (inductor): the model's forward and backward compiled to fused "
-                               "C++/OpenMP kernels on the CPU, Triton kernels on a GPU, in the first step")),
+                               "C++/OpenMP kernels on the CPU, Triton kernels on a GPU, in the first step (the "
+                               "GRU's nn.GRU is not compiled by it: that cell is unsupported)")),
     "keras-torch": (Mode(EAGER, "jit_compile=False: Keras' steps run eagerly on PyTorch"),),
     "tensorflow": (_TF_GRAPH, _TF_XLA),
     "keras-tf": _KERAS_TF,

@@ -81,11 +81,23 @@ def _fused_optimizer_devices() -> tuple:
         return ("cuda",)
 
 
-def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
+# Why the compiled mode refuses a model holding an RNN module (nn.GRU): measured with PyTorch 2.13
+# on the CPU, TorchDynamo skips a frame that calls one (torch._dynamo.explain: 0 graphs), so
+# torch.compile would run the model eagerly under the compiled mode's name; with
+# torch._dynamo.config.allow_rnn it unrolls the time loop into one graph, minutes of compilation.
+NOT_COMPILED_RNN = ("torch.compile does not compile this model: TorchDynamo skips a frame that calls an RNN module "
+                    "(nn.GRU), so nothing would be compiled, and its allow_rnn switch unrolls the GRU's time loop "
+                    "into one graph (minutes of compilation)")
+
+
+def select_device(run: Run, *, convolutions: bool = True, recurrent: bool = False) -> TorchPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches.
 
     ``convolutions``: whether the workload's model has any: the channels_last option lays out
-    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does."""
+    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does.
+    ``recurrent``: whether it holds an RNN module, which the compiled mode refuses (NOT_COMPILED_RNN)."""
+    if recurrent and run.mode == modes.COMPILED:
+        raise Unsupported(NOT_COMPILED_RNN)
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
         if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
