@@ -72,8 +72,8 @@ def list_frameworks(known: dict | None = None) -> Table:
     table.add_column("framework", no_wrap=True, style="bold")
     table.add_column("variants", min_width=longest["variants"])
     table.add_column("workloads", no_wrap=True, min_width=longest["workloads"])
-    table.add_column("modes", no_wrap=True)
-    table.add_column("options", min_width=longest["options"])
+    table.add_column("modes", min_width=max(len(mode) for mode in framework_modes.KINDS))
+    table.add_column("options", min_width=longest["options"], no_wrap=True)
     for name, framework in known.items():
         language = "" if framework.language is framework_registry.PYTHON else f" ({framework.language.name})"
         table.add_row(name + language, " ".join(framework.variants),
