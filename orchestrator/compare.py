@@ -43,13 +43,13 @@ from orchestrator.report.gate import DIVERGED
 from orchestrator.report.groups import device_label, row_name, with_devices
 from orchestrator.results import CELLS_FOLDER, INVALID, Unreadable, load_cells
 from orchestrator.run_folder import COMPARE_PAGES
-from workloads.common import declaration
+from workloads.common import declaration, modes
 from workloads.common.declaration import HIGHER
 
 # What a cell is, whatever its repeat (workloads.common.result.Cell.key without "r<N>"); the
-# report's frame gives init (the record's or the framework's) and options as one label; and the
-# device it ran on ("GPU NVIDIA H200": groups.device_label), which the cell's key does not name.
-IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "machine"]
+# report's frame gives init (the record's or the framework's), the mode, and options as one label; and
+# the device it ran on ("GPU NVIDIA H200": groups.device_label), which the cell's key does not name.
+IDENTITY = ["workload", "framework", "variant", "precision", "mode", "profile", "data", "init", "options", "machine"]
 
 DEFAULT_FACTOR = 1.1
 ALPHA = 0.05  # one-sided: the probability of calling noise a slowdown
@@ -132,9 +132,9 @@ class Comparison:
 
 
 def cell_name(identity: dict[str, str]) -> str:
-    """"cnn · pytorch [xla=on] · cuda12 · fp32 · smoke · synthetic · GPU NVIDIA H200": a cell's
+    """"cnn · tensorflow [compiled] · cuda12 · fp32 · smoke · synthetic · GPU NVIDIA H200": a cell's
     identity as one line."""
-    framework = row_name(identity["framework"], identity["options"], identity["init"])
+    framework = row_name(identity["framework"], identity["options"], identity["init"], mode=identity["mode"])
     return " · ".join([identity["workload"], framework, identity["variant"], identity["precision"],
                        identity["profile"], identity["data"], identity["machine"]])
 
@@ -160,6 +160,10 @@ def load_run(folder: str | os.PathLike, side: str) -> tuple[pd.DataFrame, list[U
         raise UserError(f"{side}: {error}") from None
     frame = with_devices(report_frame(loaded.results))
     frame["machine"] = [device_label(kind, model) for kind, model in zip(frame["device_kind"], frame["device_model"])]
+    # a result from before modes were declared ran its framework's default mode: the same cell as one
+    # that names it, so that a run is compared with an older published one
+    frame["mode"] = [modes.resolve(str(framework), mode if isinstance(mode, str) else "")
+                     for framework, mode in zip(frame["framework"], frame["mode"])]
     frame[IDENTITY] = frame[IDENTITY].fillna("").astype(str)
     return frame, loaded.unreadable
 

@@ -45,8 +45,8 @@ def cell_threads(environ=None) -> int:
 
 
 def cpu_model() -> str:
-    """The CPU's model name as a cell records it (workloads/common/harness.py, cpu_model)."""
-    from workloads.common.harness import cpu_model as recorded  # standard library and numpy only
+    """The CPU's model name as a cell records it (workloads/common/provenance.py, cpu_model)."""
+    from workloads.common.provenance import cpu_model as recorded  # standard library only
 
     return recorded() or "unknown CPU"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.common import canonical, declaration, options as framework_options, safe_files
+from workloads.common import canonical, declaration, modes, options as framework_options, safe_files
 from workloads.common.result import Cell, Result
 
 REFERENCE = "pytorch"
@@ -40,6 +40,7 @@ class Comparison:
     variant: str = ""
     options: str = ""  # the non-default options' label, as the report names a row's ("channels_last=on")
     name: str = ""  # the cell's framework alone
+    mode: str = ""  # the cell's mode as it asked for it ("" in a cell from before modes were declared)
 
     @property
     def passed(self) -> bool:
@@ -57,49 +58,62 @@ def checked(workload: str) -> bool:
 
 
 def row_name(result: Result) -> str:
-    """The framework, with its non-default options when it ran with any: "pytorch (channels_last=on)"."""
-    label = framework_options.label(result.cell.options)
+    """The framework, with its mode and its non-default options: "pytorch (compiled, channels_last=on)"."""
+    label = ", ".join(part for part in (result.cell.mode, framework_options.label(result.cell.options)) if part)
     return f"{result.cell.framework} ({label})" if label else result.cell.framework
+
+
+def _is_reference(result: Result, reference: str) -> bool:
+    """The reference framework at its default options and in its default mode."""
+    return (result.cell.framework == reference and not result.cell.options
+            and modes.resolve(reference, result.cell.mode) == modes.default(reference))
 
 
 def cells_for(run_cells: list[Cell], default_variants: dict[str, str]) -> list[Cell]:
     """The parity cells of a run: one per workload (that has a parity check) and distinct framework,
-    variant and options among `run_cells`, and the reference at its default options (on its
-    default variant, `default_variants`, where the run has none of its own) for each workload."""
+    variant, mode and options among `run_cells` (parity holds in every mode), and the reference at
+    its default options and mode (on its default variant, `default_variants`, where the run has none
+    of its own) for each workload."""
     wanted: dict[tuple, Cell] = {}
     for cell in run_cells:
         if not checked(cell.workload):
             continue
-        key = (cell.workload, cell.framework, cell.variant, framework_options.label(cell.options))
+        key = (cell.workload, cell.framework, cell.variant, cell.mode, framework_options.label(cell.options))
         wanted.setdefault(key, Cell(cell.framework, cell.workload, variant=cell.variant, precision=PRECISION,
-                                    profile=PROFILE, data=DATA, options=dict(cell.options)))
+                                    profile=PROFILE, data=DATA, options=dict(cell.options), mode=cell.mode))
+    plain_mode = modes.default(REFERENCE)
     for workload in dict.fromkeys(cell.workload for cell in run_cells if checked(cell.workload)):
-        plain = [key for key in wanted if key[0] == workload and key[1] == REFERENCE and not key[3]]
+        plain = [key for key in wanted if key[0] == workload and key[1] == REFERENCE and not key[4]
+                 and modes.resolve(REFERENCE, key[3]) == plain_mode]
         if not plain and REFERENCE in default_variants:
             variant = default_variants[REFERENCE]
-            wanted[(workload, REFERENCE, variant, "")] = Cell(REFERENCE, workload, variant=variant,
-                                                              precision=PRECISION, profile=PROFILE, data=DATA)
-    # per workload, the plain reference first: every other cell is compared with it
-    return sorted(wanted.values(), key=lambda cell: (cell.workload, cell.framework != REFERENCE, bool(cell.options),
-                                                     cell.framework, cell.variant, framework_options.label(cell.options)))
+            wanted[(workload, REFERENCE, variant, plain_mode, "")] = Cell(
+                REFERENCE, workload, variant=variant, precision=PRECISION, profile=PROFILE, data=DATA, mode=plain_mode)
+
+    def order(cell: Cell) -> tuple:  # per workload, the plain reference first: every other cell is compared with it
+        plain = not cell.options and modes.resolve(cell.framework, cell.mode) == modes.default(cell.framework)
+        return (cell.workload, cell.framework != REFERENCE, not plain, cell.framework, cell.variant,
+                modes.resolve(cell.framework, cell.mode),
+                framework_options.label(cell.options))
+    return sorted(wanted.values(), key=order)
 
 
 def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE,
             reference: str = REFERENCE) -> list[Comparison]:
-    """One Comparison per (workload, framework, variant and options), the reference framework (its
-    defaults) first; every one is compared with an ok reference at its defaults, on the same device
-    where one ran there."""
+    """One Comparison per (workload, framework, variant, mode and options), the reference framework
+    (its defaults) first; every one is compared with an ok reference at its defaults (its default
+    mode), on the same device where one ran there."""
     comparisons = []
     for workload in dict.fromkeys(result.cell.workload for result in results):
         expected = declaration.get(workload).settings_for(PROFILE).parameter_count  # the canonical count
         rows = [result for result in results if result.cell.workload == workload]
-        references = [result for result in rows if result.cell.framework == reference and not result.cell.options
+        references = [result for result in rows if _is_reference(result, reference)
                       and result.status == "ok" and result.outputs]
-        rows.sort(key=lambda result: (row_name(result) != reference, row_name(result), result.cell.variant))
+        rows.sort(key=lambda result: (not _is_reference(result, reference), row_name(result), result.cell.variant))
         for result in rows:
             found = Comparison(workload, row_name(result), result.status, result.metrics.parameter_count, expected,
                                {}, variant=result.cell.variant, options=framework_options.label(result.cell.options),
-                               name=result.cell.framework)
+                               name=result.cell.framework, mode=result.cell.mode)
             comparisons.append(found)
             if result.status != "ok":
                 found.note = " ".join(str(result.reason or "no reason recorded").split())[:300]

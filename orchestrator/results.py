@@ -33,9 +33,10 @@ METRIC_COLUMNS = tuple(item.name for item in dataclasses.fields(Metrics))
 PROVENANCE_COLUMNS = ("device", "gpu_name", "framework_version", "cuda_version", "cudnn_version",
                       "gpu_driver", "backend", "image_digest", "git_revision", "hostname",
                       "cpu_model", "data_source")
-# init: canonical or framework; options: the non-default framework options as one label ("xla=on"),
-# "" for none; both are part of what a row is (a cell with xla=on is another row than one without).
-FRAME_COLUMNS = (CELL_COLUMNS + ("init", "options", "status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
+# init: canonical or framework; options: the non-default framework options as one label ("channels_last=on"),
+# "" for none; mode: eager, graph or compiled ("" in a result from before modes were declared); all
+# three are part of what a row is (a compiled cell is another row than an eager one).
+FRAME_COLUMNS = (CELL_COLUMNS + ("init", "mode", "options", "status", "reason") + METRIC_COLUMNS + PROVENANCE_COLUMNS
                  + ("started_at", "wall_time_s", "key", "matched"))
 
 # Result files may come from another machine: bounds on what reading one may cost. A parity run's
@@ -338,6 +339,7 @@ def to_frame(results: list[Result]) -> pd.DataFrame:
     for result in results:
         row = {name: getattr(result.cell, name) for name in CELL_COLUMNS}
         row["init"] = result.cell.init
+        row["mode"] = result.cell.mode
         row["options"] = framework_options.label(result.cell.options)
         row["status"] = result.status
         row["reason"] = result.reason

@@ -22,7 +22,8 @@ from workloads.common.result import Cell, Result
 from support.records import measured
 
 REGISTRY = frameworks.discover()
-CELL = Cell("tensorflow", "cnn", profile="smoke", data="synthetic", init="framework", options={"xla": "on"})
+CELL = Cell("pytorch", "cnn", profile="smoke", data="synthetic", init="framework", options={"channels_last": "on"},
+            mode="compiled")
 HOST_SPEED = {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "1", "KMP_AFFINITY": "compact"}
 
 
@@ -50,6 +51,7 @@ REPORTS_WHAT_IT_WAS_HANDED = """
     import json
     result = ok(cell)
     result.provenance.extras = {"seen_options": json.dumps(cell.options), "seen_init": cell.init,
+                                "seen_mode": cell.mode,
                                 "environment": json.dumps({k: v for k, v in os.environ.items()
                                                            if k.endswith(("_THREADS", "AFFINITY", "FLAGS"))})}
     result.write(out)
@@ -61,7 +63,8 @@ def test_the_local_backend_hands_over_init_options_and_the_speed_variables(tmp_p
     result = backend.run_cell(make_job(tmp_path))
     assert result.status == "ok", result.stderr_tail
     assert result.cell == CELL
-    assert json.loads(result.provenance.extras["seen_options"]) == {"xla": "on"}
+    assert json.loads(result.provenance.extras["seen_options"]) == {"channels_last": "on"}
+    assert result.provenance.extras["seen_mode"] == "compiled"
     assert result.provenance.extras["seen_init"] == "framework"
     assert json.loads(result.provenance.extras["environment"]) == speed_environment  # XLA_FLAGS left out
 
@@ -98,7 +101,8 @@ class FakeContainer:
         request = CellRequest.read(results / Path(self.command[-1]).name)
         assert request.out == "/results/result.json" and request.data_dir == "/data"
         result = measured(Result(request.cell))
-        result.provenance.extras = {"seen_options": json.dumps(request.cell.options), "seen_init": request.cell.init}
+        result.provenance.extras = {"seen_options": json.dumps(request.cell.options), "seen_init": request.cell.init,
+                                    "seen_mode": request.cell.mode}
         result.write(results / "result.json")
 
     def wait(self, timeout=None):
@@ -151,7 +155,8 @@ def test_the_docker_backend_hands_over_init_options_and_the_same_speed_variables
     backend, client = fake_docker_backend({REVISION_LABEL: "0123abc-dirty", SOURCES_LABEL: "f" * 64})
     result = backend.run_cell(make_job(tmp_path))
     assert result.status == "ok", (result.reason, result.stderr_tail)
-    assert json.loads(result.provenance.extras["seen_options"]) == {"xla": "on"}
+    assert json.loads(result.provenance.extras["seen_options"]) == {"channels_last": "on"}
+    assert result.provenance.extras["seen_mode"] == "compiled"
     assert result.provenance.extras["seen_init"] == "framework"
     [container] = client.created
     environment = container.options["environment"]
@@ -168,7 +173,7 @@ def test_the_docker_backend_hands_over_init_options_and_the_same_speed_variables
 def test_an_image_of_this_checkouts_sources_says_so(tmp_path):
     from orchestrator import images
 
-    framework = REGISTRY["tensorflow"]
+    framework = REGISTRY[CELL.framework]
     current = images.sources_hash(framework, framework.variant("cpu"))
     backend, _ = fake_docker_backend({REVISION_LABEL: "0123abc", SOURCES_LABEL: current})
     result = backend.run_cell(make_job(tmp_path))

@@ -126,8 +126,10 @@ def test_parity_refuses_a_timeout_out_of_range(in_tmp, capsys, timeout):
 # --- 5. framework options, init and the order seed ------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--option", "xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of "
-                             "tensorflow, keras-tf, r-keras: select one with --frameworks"),
+    (["--option", "executor=simple"], "--option executor: no selected framework (pytorch) declares it; executor is "
+                                      "an option of caffe2: select one with --frameworks"),
+    (["--option", "xla=on"], "--option xla: no selected framework (pytorch) declares it; options: "),  # now a mode
+    (["--modes", "eager,xla"], "command line: unknown mode 'xla'; choose from eager, graph, compiled"),
     (["--option", "channels_last=diagonal"], "--option channels_last=diagonal refused: option "
                                              "channels_last='diagonal' for pytorch: choose from off, on"),
     (["--option", "channels_last"], "--option 'channels_last': give NAME=VALUE"),
@@ -146,12 +148,15 @@ def test_a_matrix_file_with_a_bad_option_is_one_line(in_tmp, capsys):
     (in_tmp / "m.toml").write_text("[frameworks.pytorch]\nvariants = ['cpu']\noptions = { xla = ['off', 'on'] }\n")
     line = refused(["run-matrix", "--matrix", "m.toml", "--results-dir", str(in_tmp / "r"), *ONE_CELL[4:]], capsys)
     assert "m.toml [frameworks.pytorch]: pytorch has no option 'xla' (its options: channels_last)" in line
+    (in_tmp / "m.toml").write_text("[frameworks.pytorch]\nvariants = ['cpu']\nmodes = ['jit']\n")
+    line = refused(["run-matrix", "--matrix", "m.toml", "--results-dir", str(in_tmp / "r"), *ONE_CELL[4:]], capsys)
+    assert "m.toml [frameworks.pytorch]: unknown mode 'jit'; choose from eager, graph, compiled" in line
 
 
 def test_parity_refuses_an_option_no_selected_framework_declares(in_tmp, capsys):
     line = refused(["parity", "--frameworks", "jax", "--workloads", "cnn", "--backend", "local", "--python",
-                    "/bin/false", "--results-dir", str(in_tmp / "p"), "--option", "xla=on"], capsys)
-    assert "--option xla: no selected framework (jax) declares it; xla is an option of tensorflow, keras-tf" in line
+                    "/bin/false", "--results-dir", str(in_tmp / "p"), "--option", "channels_last=on"], capsys)
+    assert "--option channels_last: no selected framework (jax) declares it; channels_last is an option of pytorch" in line
 
 
 def test_matrix_file_refuses_names_given_twice(in_tmp, capsys):

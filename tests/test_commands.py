@@ -132,7 +132,7 @@ def test_a_registered_backend_is_offered_and_runs_cells(monkeypatch, tmp_path, c
     assert registry.auto_help() == "auto: Docker when an engine answers, else local"  # not ranked: never auto
 
     code = main(["run-matrix", "--backend", "recording", "--frameworks", "pytorch", "--variants", "cpu",
-                 "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic", "--gpus", "0",
+                 "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic", "--gpus", "0", "--modes", "eager",
                  "--results-dir", str(tmp_path / "run"), "--data-dir", str(tmp_path / "data"), "--no-report"])
     assert code == 0, capsys.readouterr().err
     assert RecordingBackend.made_with.backend == "recording" and RecordingBackend.made_with.gpus == "0"
@@ -190,22 +190,24 @@ def invocations(tmp_path, folder: str) -> list[dict]:
 
 
 def test_run_matrix_records_its_seed_and_order_and_the_same_seed_repeats_it(tmp_path, capsys, order_recording):
-    argv = run_matrix_argv(tmp_path, "a", "--repeat", "2", "--seed", "11", "--option", "xla=off,on",
-                           "--init", "framework")
+    argv = run_matrix_argv(tmp_path, "a", "--repeat", "2", "--seed", "11", "--option", "channels_last=off,on",
+                           "--modes", "compiled", "--init", "framework")
     assert main(argv) == 0, capsys.readouterr().err
     first = [cell.key for cell in order_recording.ran]
     [record] = invocations(tmp_path, "a")
     assert record["seed"] == 11 and record["order"] == first and record["repeat"] == 2
-    assert record["init"] == "framework" and record["options"] == {"tensorflow": {"xla": ["off", "on"]}}
-    assert len(first) == 2 * 2 * 4  # repeats x workloads x (pytorch, jax, tensorflow xla off and on)
+    assert record["init"] == "framework" and record["options"] == {"pytorch": {"channels_last": ["off", "on"]}}
+    assert record["modes"] == {"pytorch": ["compiled"], "tensorflow": ["compiled"], "jax": ["compiled"]}
+    assert len(first) == 2 * 2 * 4  # repeats x workloads x (pytorch channels_last off and on, jax, tensorflow)
     assert [int(key[-1]) for key in first] == [0] * 8 + [1] * 8  # every cell once before any runs again
     assert {cell.init for cell in order_recording.ran} == {"framework"}
-    assert {json.dumps(cell.options) for cell in order_recording.ran if cell.framework == "tensorflow"} == \
-        {"{}", '{"xla": "on"}'}
-    assert all(not cell.options for cell in order_recording.ran if cell.framework != "tensorflow")
+    assert {json.dumps(cell.options) for cell in order_recording.ran if cell.framework == "pytorch"} == \
+        {"{}", '{"channels_last": "on"}'}
+    assert all(not cell.options for cell in order_recording.ran if cell.framework != "pytorch")
+    assert {cell.mode for cell in order_recording.ran} == {"compiled"}
     order_recording.ran = []
-    assert main(run_matrix_argv(tmp_path, "b", "--repeat", "2", "--seed", "11", "--option", "xla=off,on",
-                                "--init", "framework")) == 0
+    assert main(run_matrix_argv(tmp_path, "b", "--repeat", "2", "--seed", "11", "--option", "channels_last=off,on",
+                                "--modes", "compiled", "--init", "framework")) == 0
     assert [cell.key for cell in order_recording.ran] == first
 
 
@@ -233,12 +235,16 @@ def test_run_json_records_the_host_gpus_facts(tmp_path, order_recording, monkeyp
     assert invocations(tmp_path, "g")[0]["gpus"] == facts
 
 
-def test_list_shows_each_frameworks_options():
+def test_list_shows_each_frameworks_options_and_modes(capsys):
     from orchestrator.commands.list import describe_options
 
-    assert describe_options("tensorflow") == "xla: off|on (default off)"
+    assert describe_options("tensorflow") == "-"  # XLA is the compiled mode, no option
     assert describe_options("pytorch") == "channels_last: off|on (default off)"
     assert describe_options("jax") == "-"
+    assert main(["list", "tensorflow"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "modes (--modes; the first is the default): graph: tf.function graphs" in shown
+    assert "compiled: tf.function with XLA (jit_compile=True)" in shown
 
 
 def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_recording, monkeypatch):
@@ -249,8 +255,11 @@ def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_
                  "--option", "channels_last=on", "--results-dir", str(tmp_path / "p"),
                  "--data-dir", str(tmp_path / "data")])
     assert code == 1  # the pretend cells record no outputs: every comparison fails, which is fine here
-    ran = [(cell.framework, cell.options, cell.init) for cell in order_recording.ran]
-    assert ran == [("pytorch", {}, "canonical"), ("pytorch", {"channels_last": "on"}, "canonical"),
-                   ("paddle", {"channels_last": "on"}, "canonical"), ("jax", {}, "canonical")]
+    ran = [(cell.framework, cell.mode, cell.options, cell.init) for cell in order_recording.ran]
+    assert ran == [("pytorch", "eager", {}, "canonical"), ("pytorch", "eager", {"channels_last": "on"}, "canonical"),
+                   ("pytorch", "compiled", {}, "canonical"),  # parity holds in every mode
+                   ("pytorch", "compiled", {"channels_last": "on"}, "canonical"),
+                   ("paddle", "eager", {"channels_last": "on"}, "canonical"), ("jax", "compiled", {}, "canonical")]
     names = [row["framework"] for row in json.loads((tmp_path / "p" / "parity.json").read_text())]
-    assert names == ["pytorch", "jax", "paddle (channels_last=on)", "pytorch (channels_last=on)"]
+    assert names == ["pytorch (eager)", "jax (compiled)", "paddle (eager, channels_last=on)", "pytorch (compiled)",
+                     "pytorch (compiled, channels_last=on)", "pytorch (eager, channels_last=on)"]

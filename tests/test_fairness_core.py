@@ -15,7 +15,7 @@ import workloads.__main__ as workload_main
 from workloads.common import canonical, loop, naming, options, precision, provenance
 from workloads.common.cell import CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import DIVERGED_LOSS_RATIO, Run, Unsupported, divergence
-from workloads.common.result import Cell, Result
+from workloads.common.result import EXIT_UNSUPPORTED, Cell, Result
 
 
 def smoke_run(workload="cnn", framework="pytorch", **cell):
@@ -25,34 +25,57 @@ def smoke_run(workload="cnn", framework="pytorch", **cell):
 # --- framework options ------------------------------------------------------------------------------
 
 def test_options_are_checked_against_the_framework_and_defaults_dropped():
-    assert options.check("tensorflow", {"xla": "on"}) == {"xla": "on"}
-    assert options.check("tensorflow", {"xla": "off"}) == {}  # the default spelled out is the same cell
+    assert options.check("pytorch", {"channels_last": "on"}) == {"channels_last": "on"}
+    assert options.check("pytorch", {"channels_last": "off"}) == {}  # the default spelled out is the same cell
     with pytest.raises(options.OptionError, match="pytorch has no option 'xla'"):
-        options.check("pytorch", {"xla": "on"})
+        options.check("pytorch", {"xla": "on"})  # XLA is the compiled mode, no option
     with pytest.raises(options.OptionError, match="choose from off, on"):
-        options.check("tensorflow", {"xla": "yes"})
+        options.check("pytorch", {"channels_last": "yes"})
     assert options.resolve("caffe2", {}) == {"executor": "async_scheduling"}
-    assert options.label({"xla": "on", "channels_last": "on"}) == "channels_last=on, xla=on"
+    assert options.label({"executor": "simple", "channels_last": "on"}) == "channels_last=on, executor=simple"
 
 
-def test_options_and_init_make_their_own_cell_key_and_travel_in_the_cell_document():
-    plain = Cell("tensorflow", "cnn")
-    xla = Cell("tensorflow", "cnn", options={"xla": "on"})
-    own_init = Cell("tensorflow", "cnn", init="framework")
-    assert len({plain.key, xla.key, own_init.key}) == 3
-    assert plain.key == "tensorflow__cpu__cnn__fp32__full__real__r0"
-    assert "__xla-on__" in xla.key and "__init-framework__" in own_init.key
-    request = CellRequest(cell=Cell("tensorflow", "cnn", init="framework", options={"xla": "on"}))
+def test_options_mode_and_init_make_their_own_cell_key_and_travel_in_the_cell_document():
+    plain = Cell("pytorch", "cnn")
+    layout = Cell("pytorch", "cnn", options={"channels_last": "on"})
+    own_init = Cell("pytorch", "cnn", init="framework")
+    compiled = Cell("pytorch", "cnn", mode="compiled")
+    assert len({plain.key, layout.key, own_init.key, compiled.key}) == 4
+    assert plain.key == "pytorch__cpu__cnn__fp32__full__real__r0"  # no mode recorded: the default, unnamed
+    assert compiled.key == "pytorch__cpu__cnn__fp32__compiled__full__real__r0"
+    assert "__channels_last-on__" in layout.key and "__init-framework__" in own_init.key
+    request = CellRequest(cell=Cell("pytorch", "cnn", init="framework", options={"channels_last": "on"},
+                                    mode="compiled"))
     assert CellRequest.from_json(request.to_json()) == request
     with pytest.raises(CellDocumentError, match="options"):
-        CellRequest.from_json(request.to_json().replace('"xla": "on"', '"xla": 1'))
-    assert "option value" in unsafe_name_problem(Cell("tensorflow", "cnn", options={"xla": "../x"}))
+        CellRequest.from_json(request.to_json().replace('"channels_last": "on"', '"channels_last": 1'))
+    with pytest.raises(CellDocumentError, match="Cell.mode"):
+        CellRequest.from_json(request.to_json().replace('"mode": "compiled"', '"mode": 1'))
+    assert "option value" in unsafe_name_problem(Cell("pytorch", "cnn", options={"channels_last": "../x"}))
+    assert "invalid mode" in unsafe_name_problem(Cell("pytorch", "cnn", mode="../x"))
 
 
-def test_the_run_resolves_and_records_every_option():
-    run = smoke_run(framework="tensorflow", options={"xla": "on"})
-    assert run.option("xla") == "on" and run.result.provenance.extras["option.xla"] == "on"
-    assert smoke_run(framework="tensorflow").option("xla") == "off"
+def test_the_run_resolves_and_records_every_option_and_its_mode():
+    run = smoke_run(options={"channels_last": "on"})
+    assert run.option("channels_last") == "on" and run.result.provenance.extras["option.channels_last"] == "on"
+    assert smoke_run().option("channels_last") == "off"
+    assert smoke_run().mode == "eager" and smoke_run(framework="tensorflow").mode == "graph"  # each one's default
+    compiled = smoke_run(mode="compiled")
+    assert compiled.mode == "compiled" and compiled.result.provenance.extras["mode"].startswith(
+        "compiled: torch.compile (inductor)")
+
+
+def test_a_mode_the_framework_lacks_is_an_unsupported_result_with_the_reason(tmp_path):
+    """modes.py: the harness refuses it before the framework is imported (a numpy-only stand-in
+    here: the refusal never reaches the workload)."""
+    out = tmp_path / "r.json"
+    code = workload_main.main(["cnn", "--framework", "chainer", "--mode", "compiled", "--profile", "smoke",
+                               "--data", "synthetic", "--out", str(out)],
+                              load_workload=lambda cell: pytest.fail("the workload must not be loaded"))
+    result = json.loads(out.read_text())
+    assert code == EXIT_UNSUPPORTED and result["status"] == "unsupported"
+    assert result["reason"].startswith("chainer has no compiled mode: its rows run eager (")
+    assert result["cell"]["mode"] == "compiled"
 
 
 def test_a_bad_option_is_one_line_and_exit_2(tmp_path, capsys):

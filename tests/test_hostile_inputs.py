@@ -46,7 +46,7 @@ VALID_MATRIX = {
         "pytorch": {"variants": ["cpu", "cu130"], "workloads": ["cnn"], "precisions": ["fp32"],
                     "options": {"channels_last": ["off", "on"]}},
         "mxnet": {"variants": ["cpu", "cu112"], "accelerator_types": {"cu112": "A100"}},
-        "tensorflow": {"options": {"xla": "on"}},
+        "tensorflow": {"modes": ["compiled"]},
     },
 }
 

@@ -15,6 +15,7 @@ from orchestrator import frameworks, images
 from orchestrator.images import dockerfile as dockerfiles, lock as image_lock
 from orchestrator.__main__ import main
 from orchestrator.errors import UserError
+from workloads.common import modes
 from workloads.common.result import Result
 
 from conftest import BASE_IMAGE
@@ -370,8 +371,10 @@ def local_base_for(python: str, docker_client) -> str:
     return name
 
 
-# A non-default framework option every workload of the framework takes, given to its image's run.
-NON_DEFAULT_OPTION = {"tensorflow": "xla=on", "caffe2": "executor=simple"}
+# A non-default framework option every workload of the framework takes, given to its image's run, and
+# the one mode each image runs (its default, or a non-default one that travels in the cell document).
+NON_DEFAULT_OPTION = {"caffe2": "executor=simple"}
+IMAGE_MODE = {"tensorflow": "compiled"}
 
 
 @pytest.mark.parametrize("name", frameworks_built_in_ci())
@@ -390,7 +393,7 @@ def test_framework_image_builds_and_runs_its_smoke_cells_in_containers(name, doc
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", name,
                "--variants", "cpu", "--profile", "smoke", "--data", "synthetic", "--base-image", base,
                "--results-dir", str(tmp_path / "run"), "--timeout", "900", "--no-parity",  # one image per test
-               *(["--option", option] if option else [])]
+               "--modes", IMAGE_MODE.get(name) or modes.default(name), *(["--option", option] if option else [])]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                                env=dict(os.environ, OMP_NUM_THREADS="2"))
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -22,8 +22,8 @@ variants = ["cpu"]
 def test_parse_and_expand_interleaves_repeats_across_frameworks():
     parsed = matrix.parse(GOOD, REGISTRY)
     cells = parsed.cells(REGISTRY)
-    assert len(cells) == 2 * 2 * 2  # repeats x workloads x precisions
-    assert [c.repeat for c in cells] == [0, 0, 0, 0, 1, 1, 1, 1]  # every cell once before any repeats
+    assert len(cells) == 2 * 2 * 2 * 2  # repeats x workloads x precisions x PyTorch's modes (eager, compiled)
+    assert [c.repeat for c in cells] == [0] * 8 + [1] * 8  # every cell once before any repeats
     assert {c.profile for c in cells} == {"smoke"} and {c.data for c in cells} == {"synthetic"}
     assert len({c.key for c in cells}) == len(cells)
 
@@ -61,9 +61,10 @@ def test_missing_matrix_file(tmp_path):
 
 def test_narrowing_from_the_command_line():
     parsed = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, workloads=["resnet50"], precisions=["fp32"],
-                           profile="full", repeat=1)
+                           profile="full", repeat=1, modes=["eager"])
     cells = parsed.cells(REGISTRY)
-    assert [(c.workload, c.precision, c.profile, c.repeat) for c in cells] == [("resnet50", "fp32", "full", 0)]
+    assert [(c.workload, c.precision, c.mode, c.profile, c.repeat) for c in cells] == [
+        ("resnet50", "fp32", "eager", "full", 0)]
     with pytest.raises(UserError, match="unknown framework 'no-such-framework'; choose from .*pytorch"):
         matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=["no-such-framework"])
     with pytest.raises(UserError, match="unknown variant 'rocm'"):
@@ -90,12 +91,13 @@ data = "synthetic"
 workloads = ["cnn"]
 init = "framework"
 
-[frameworks.tensorflow]
+[frameworks.mindspore]
 variants = ["cpu"]
-options = { xla = ["off", "on"] }
+options = { onednn_max_cpu_isa = ["avx2", "all"] }
 
 [frameworks.pytorch]
 variants = ["cpu"]
+modes = ["eager"]
 options = { channels_last = "off" }
 """
 
@@ -103,12 +105,12 @@ options = { channels_last = "off" }
 def test_an_option_list_expands_into_one_cell_per_value_and_defaults_are_dropped():
     cells = matrix.parse(OPTIONS, REGISTRY).cells(REGISTRY)
     assert [(c.framework, c.options, c.init) for c in cells] == [
-        ("tensorflow", {}, "framework"), ("tensorflow", {"xla": "on"}, "framework"),
+        ("mindspore", {}, "framework"), ("mindspore", {"onednn_max_cpu_isa": "all"}, "framework"),
         ("pytorch", {}, "framework")]  # channels_last=off is the default: the same cell as none given
     assert [c.key for c in cells] == [
-        "tensorflow__cpu__cnn__fp32__smoke__synthetic__init-framework__r0",
-        "tensorflow__cpu__cnn__fp32__smoke__synthetic__init-framework__xla-on__r0",
-        "pytorch__cpu__cnn__fp32__smoke__synthetic__init-framework__r0"]
+        "mindspore__cpu__cnn__fp32__graph__smoke__synthetic__init-framework__r0",
+        "mindspore__cpu__cnn__fp32__graph__smoke__synthetic__init-framework__onednn_max_cpu_isa-all__r0",
+        "pytorch__cpu__cnn__fp32__eager__smoke__synthetic__init-framework__r0"]
 
 
 def test_init_defaults_to_canonical():
@@ -118,22 +120,23 @@ def test_init_defaults_to_canonical():
 
 
 def test_command_line_options_go_to_every_selected_framework_that_declares_them():
-    parsed = matrix.narrow(matrix.parse(OPTIONS, REGISTRY), REGISTRY, names=["tensorflow", "keras-tf", "pytorch"],
-                           options=["xla=on", "channels_last=off,on"], init="canonical")
+    parsed = matrix.narrow(matrix.parse(OPTIONS, REGISTRY), REGISTRY, names=["mindspore", "paddle", "pytorch"],
+                           options=["onednn_max_cpu_isa=all", "channels_last=off,on"], init="canonical")
     cells = parsed.cells(REGISTRY)
     assert [(c.framework, c.options) for c in cells] == [
-        ("tensorflow", {"xla": "on"}), ("keras-tf", {"xla": "on"}),  # the file's [off, on] replaced
+        ("mindspore", {"onednn_max_cpu_isa": "all"}),  # the file's [avx2, all] replaced
+        ("paddle", {}), ("paddle", {"channels_last": "on"}),
         ("pytorch", {}), ("pytorch", {"channels_last": "on"})]
     assert {c.init for c in cells} == {"canonical"}
 
 
 @pytest.mark.parametrize("argument, expected", [
-    (["xla=on"], "--option xla: no selected framework (pytorch) declares it; xla is an option of tensorflow, "
-                 "keras-tf, r-keras: select one with --frameworks"),
+    (["executor=simple"], "--option executor: no selected framework (pytorch) declares it; executor is an option "
+                          "of caffe2: select one with --frameworks"),
     (["colour=red"], "--option colour: no selected framework (pytorch) declares it; options: "),
     (["channels_last=sideways"], "--option channels_last=sideways refused: option channels_last='sideways' for "
                                  "pytorch: choose from off, on"),
-    (["channels_last"], "--option 'channels_last': give NAME=VALUE, e.g. --option xla=on"),
+    (["channels_last"], "--option 'channels_last': give NAME=VALUE, e.g. --option channels_last=on"),
     (["channels_last="], "give NAME=VALUE"),
     (["channels_last=on", "channels_last=off"], "--option channels_last is given twice"),
     (["channels_last=on,on"], "--option channels_last: value 'on' is given twice"),
@@ -145,9 +148,10 @@ def test_bad_command_line_options_name_the_fix(argument, expected):
 
 
 @pytest.mark.parametrize("table, expected", [
-    ("options = { xla = 'on' }", "[frameworks.pytorch]: pytorch has no option 'xla' (its options: channels_last)"),
+    ("options = { executor = 'simple' }",
+     "[frameworks.pytorch]: pytorch has no option 'executor' (its options: channels_last)"),
     ("options = { channels_last = 'maybe' }", "option channels_last='maybe' for pytorch: choose from off, on"),
-    ("options = 'xla=on'", "options must be a table, e.g. options = { channels_last = \"on\" }"),
+    ("options = 'channels_last=on'", "options must be a table, e.g. options = { channels_last = \"on\" }"),
     ("options = { channels_last = [] }", "options.channels_last must be a value or a non-empty list"),
     ("options = { channels_last = [1] }", "options.channels_last must be a value or a non-empty list"),
     ("options = { channels_last = ['on', 'on'] }", "options.channels_last gives 'on' twice"),
@@ -181,7 +185,7 @@ def test_repeats_default_to_three_in_the_full_profile_and_one_in_smoke():
 def test_cells_are_shuffled_within_each_repeat_in_a_seeded_order():
     parsed = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=["pytorch", "jax", "tensorflow"], repeat=3)
     cells = parsed.cells(REGISTRY)
-    assert len(cells) == 3 * 2 * 2 * 3
+    assert len(cells) == (2 + 1 + 2) * 2 * 2 * 3  # the frameworks' modes (jax: compiled only) x workloads x ...
     ordered = matrix.run_order(cells, seed=7)
     assert ordered == matrix.run_order(cells, seed=7)  # the same seed, the same order
     assert ordered != matrix.run_order(cells, seed=8)
@@ -204,3 +208,56 @@ def test_accelerator_types_name_a_gpu_model_per_cuda_variant():
         matrix.parse('[frameworks.mxnet]\naccelerator_types = { cpu = "A100" }\n', REGISTRY)
     with pytest.raises(UserError, match=r"accelerator_types.cu112 must be a GPU model name"):
         matrix.parse('[frameworks.mxnet]\naccelerator_types = { cu112 = 3 }\n', REGISTRY)
+
+
+# --- execution modes (workloads/common/modes.py) -----------------------------------------------------
+
+def test_every_framework_declares_its_modes_in_the_one_table():
+    """docs/FAIRNESS.md, modes-compared: each registered framework says which modes it runs and what
+    each means there, in workloads/common/modes.py and nowhere else."""
+    from workloads.common import modes
+
+    assert set(modes.MODES) == set(REGISTRY)
+    for name, declared in modes.MODES.items():
+        names = [mode.name for mode in declared]
+        assert 1 <= len(names) <= 2 and len(set(names)) == len(names), name  # its default, and its compiled one
+        assert set(names) <= set(modes.KINDS) and all(mode.meaning.strip() for mode in declared), name
+    assert [m.name for m in modes.MODES["pytorch"]] == ["eager", "compiled"]
+    assert [m.name for m in modes.MODES["tensorflow"]] == ["graph", "compiled"]
+    assert [m.name for m in modes.MODES["jax"]] == ["compiled"] and [m.name for m in modes.MODES["chainer"]] == ["eager"]
+    assert modes.default("tensorflow") == "graph" and modes.resolve("tensorflow", "") == "graph"
+
+
+def test_a_mode_a_framework_does_not_declare_is_unsupported_with_a_reason():
+    from workloads.common import modes
+
+    assert modes.unsupported("pytorch", "compiled") is None
+    reason = modes.unsupported("chainer", "compiled")
+    assert reason.startswith("chainer has no compiled mode: its rows run eager (") and "no graph mode" in reason
+    assert "jax has no eager mode" in modes.unsupported("jax", "eager")
+    with pytest.raises(modes.ModeError, match="unknown mode 'jit'; choose from eager, graph, compiled"):
+        modes.unsupported("jax", "jit")
+
+
+def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
+    default = matrix.load(None, REGISTRY)
+    cells = [c for c in default.cells(REGISTRY) if c.variant == "cpu" and c.workload == "cnn" and c.repeat == 0]
+    by_framework = {}
+    for cell in cells:
+        by_framework.setdefault(cell.framework, []).append(cell.mode)
+    assert by_framework["pytorch"] == ["eager", "compiled"] and by_framework["tensorflow"] == ["graph", "compiled"]
+    assert by_framework["keras-tf"] == ["graph", "compiled"] and by_framework["chainer"] == ["eager"]
+    assert by_framework["jax"] == ["compiled"]
+    assert "pytorch__cpu__cnn__fp32__compiled__full__real__r0" in {c.key for c in cells}  # the key names the mode
+
+
+def test_modes_from_the_command_line_go_to_every_framework_and_the_file_may_narrow_them():
+    parsed = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=["pytorch", "chainer"], modes=["compiled"],
+                           workloads=["cnn"], precisions=["fp32"], repeat=1)
+    assert [(c.framework, c.mode) for c in parsed.cells(REGISTRY)] == [("pytorch", "compiled"), ("chainer", "compiled")]
+    narrowed = matrix.parse(GOOD.replace('variants = ["cpu"]', 'variants = ["cpu"]\nmodes = ["compiled"]'), REGISTRY)
+    assert {c.mode for c in narrowed.cells(REGISTRY)} == {"compiled"}
+    with pytest.raises(UserError, match=r"m.toml \[defaults\]: unknown mode 'jit'; choose from eager, graph, compiled"):
+        matrix.parse("[defaults]\nmodes = ['jit']\n[frameworks.pytorch]\n", REGISTRY, source="m.toml")
+    with pytest.raises(UserError, match="command line: unknown mode 'xla'"):
+        matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, modes=["xla"])

@@ -136,4 +136,4 @@ def test_the_report_and_compare_pages_carry_no_live_link_and_no_endless_cell(tmp
     main(["compare", str(base), str(new)])
     compared = (new / "compare.md").read_text(encoding="utf-8")
     assert_safe_markdown(compared)
-    assert "evil" in next(line for line in compared.splitlines() if "· jax ·" in line)
+    assert "evil" in next(line for line in compared.splitlines() if "· jax \\[compiled\\] ·" in line)

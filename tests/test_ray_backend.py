@@ -463,8 +463,9 @@ def test_stopping_the_driver_leaves_no_container_on_any_node(cluster, sleeping_i
     assert gone(client, tag), "an earlier test's containers are still there"
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "ray", "--ray-address",
                cluster.address, "--node-backend", "docker", "--pull", "--registry", TEST_REGISTRY,
-               "--frameworks", "pytorch", "--variants", "cpu", "--workloads", "cnn,gru", "--profile", "smoke",
-               "--data", "synthetic", "--no-report", "--results-dir", str(tmp_path / "run"), "--timeout", "300"]
+               "--frameworks", "pytorch", "--variants", "cpu", "--modes", "eager", "--workloads", "cnn,gru",
+               "--profile", "smoke", "--data", "synthetic", "--no-report", "--results-dir", str(tmp_path / "run"),
+               "--timeout", "300"]
     # Ctrl-C as at a terminal, even when this test run was started in the background (SIGINT ignored)
     driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**cluster.environment, "COLUMNS": "300"}, preexec_fn=default_signal_dispositions)

@@ -25,7 +25,7 @@ STEADY_STEPS = [0.5] + [0.01] * 19  # a first step (compilation), then even step
 
 def training(framework, rate, *, workload="cnn", accuracy=0.77, device="cuda", gpu_model=H200, precision="fp32",
              repeat=0, options=None, init="canonical", status="ok", reason=None, steps=None, epoch_steps=None,
-             traces=None, profile="full", data="real", extras=None, variant=None, **provenance) -> Result:
+             traces=None, profile="full", data="real", extras=None, variant=None, mode="", **provenance) -> Result:
     """One training result: `rate` steady samples/s, a CUDA (`gpu_model`) or CPU (Xeon) device."""
     steps = list(STEADY_STEPS if steps is None else steps)
     metrics = Metrics()
@@ -40,7 +40,7 @@ def training(framework, rate, *, workload="cnn", accuracy=0.77, device="cuda", g
     facts.update(provenance)
     return measured(Result(
         cell=Cell(framework, workload, variant=variant or ("cuda12" if device == "cuda" else "cpu"), precision=precision,
-                  profile=profile, data=data, repeat=repeat, init=init, options=dict(options or {})),
+                  profile=profile, data=data, repeat=repeat, init=init, options=dict(options or {}), mode=mode),
         status=status, reason=reason, metrics=metrics,
         samples=Samples(first_step_s=steps[0], epoch_times_s=[sum(steps)],
                         epoch_steps=epoch_steps or [len(steps)], batch_times_s=steps, traces=dict(traces or {})),

@@ -194,19 +194,23 @@ def test_run_matrix_runs_the_parity_check_into_the_run_folder_and_the_report_gat
     folder = pretend_parity / "run"
     assert run_matrix(folder) == 0  # a failed parity check gates the ranking, not the exit status
     parity_cells = [cell for cell, parity in PretendParityBackend.ran if parity]
-    assert [(cell.framework, cell.variant, cell.profile, cell.data) for cell in parity_cells] == [
-        ("pytorch", "cpu", "full", "synthetic"), ("jax", "cpu", "full", "synthetic")]
+    assert [(cell.framework, cell.variant, cell.mode, cell.profile, cell.data) for cell in parity_cells] == [
+        ("pytorch", "cpu", "eager", "full", "synthetic"), ("pytorch", "cpu", "compiled", "full", "synthetic"),
+        ("jax", "cpu", "compiled", "full", "synthetic")]  # parity holds in every mode each framework runs
     parity_dir = folder / run_folder.PARITY_FOLDER
     assert parity_dir == folder / PARITY
     assert sorted(path.name for path in (parity_dir / "cells").iterdir()) == [
-        "jax__cpu__cnn__fp32__full__synthetic__r0.json", "pytorch__cpu__cnn__fp32__full__synthetic__r0.json"]
+        "jax__cpu__cnn__fp32__compiled__full__synthetic__r0.json",
+        "pytorch__cpu__cnn__fp32__compiled__full__synthetic__r0.json",
+        "pytorch__cpu__cnn__fp32__eager__full__synthetic__r0.json"]
     assert (parity_dir / "parity.json").is_file() and (parity_dir / "parity.md").is_file()
     assert run_folder.run_mode(parity_dir) == run_folder.MODE_PARITY
-    assert not (folder / "cells" / "jax__cpu__cnn__fp32__full__synthetic__r0.json").exists()
-    assert "parity check: 1 passed, 1 failed, 0 not checked" in capsys.readouterr().err
+    assert not (folder / "cells" / "jax__cpu__cnn__fp32__compiled__full__synthetic__r0.json").exists()
+    assert "parity check: 2 passed, 1 failed, 0 not checked" in capsys.readouterr().err
     markdown = (folder / "report.md").read_text()
     ranking = sections(markdown)[RANKING].split("row(s) not ranked")[0]
-    assert "| 1 | pytorch |" in ranking and "| passed |" in ranking and "jax" not in ranking
+    assert "| 1 | pytorch \\[compiled\\] |" in ranking and "| 1 | pytorch \\[eager\\] |" in ranking
+    assert "| passed |" in ranking and "jax" not in ranking
     assert "not ranked: parity: logits: relative difference" in markdown
     html = (folder / "report.html").read_text()
     assert "<th>Parity</th>" in html and "<th>Gate</th>" in html
@@ -237,7 +241,8 @@ def test_no_parity_skips_the_check_and_the_report_says_not_checked(pretend_parit
     assert not any(parity for _, parity in PretendParityBackend.ran)
     assert not (folder / run_folder.PARITY_FOLDER).exists()
     markdown = (folder / "report.md").read_text()
-    assert "| 1 | jax |" in sections(markdown)[RANKING] and "not checked: this run has no parity check" in markdown
+    assert "| 1 | jax \\[compiled\\] |" in sections(markdown)[RANKING]
+    assert "not checked: this run has no parity check" in markdown
 
 
 def test_a_link_at_the_parity_folder_is_refused_and_never_read(pretend_parity, capsys):
@@ -260,13 +265,13 @@ def test_the_real_parity_check_runs_beside_real_cells(tmp_path):
     python = framework_python("pytorch")
     folder = tmp_path / "run"
     code = main(["run-matrix", "--backend", "local", "--python", python, "--frameworks", "pytorch", "--variants",
-                 "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic", "--results-dir",
-                 str(folder), "--data-dir", str(tmp_path / "data")])
+                 "cpu", "--workloads", "cnn", "--modes", "eager", "--profile", "smoke", "--data", "synthetic",
+                 "--results-dir", str(folder), "--data-dir", str(tmp_path / "data")])
     assert code == 0
     [verdict] = json.loads((folder / run_folder.PARITY_FOLDER / "parity.json").read_text())
-    assert (verdict["framework"], verdict["status"]) == ("pytorch", "pass")
+    assert (verdict["framework"], verdict["status"]) == ("pytorch (eager)", "pass")
     ranking = sections((folder / "report.md").read_text())[RANKING]
-    assert re.search(r"\| 1 \| pytorch \| cpu \|.*\| passed \|", ranking)
+    assert re.search(r"\| 1 \| pytorch \\\[eager\\\] \| cpu \|.*\| passed \|", ranking)
 
 
 # --- energy: grouped as ranked, behind the gate ----------------------------------------------------------
@@ -303,9 +308,10 @@ def test_energy_is_grouped_exactly_as_the_rankings_and_behind_the_same_gate(tmp_
 
 # --- the grid ---------------------------------------------------------------------------------------------
 
-def inference(framework, images_per_s, *, device="cuda") -> Result:
+def inference(framework, images_per_s, *, device="cuda", mode="") -> Result:
     return measured(Result(
-        cell=Cell(framework, "resnet50", variant="cuda12" if device == "cuda" else "cpu", profile="full", data="real"),
+        cell=Cell(framework, "resnet50", variant="cuda12" if device == "cuda" else "cpu", profile="full", data="real",
+                  mode=mode),
         metrics=Metrics(images_per_s=images_per_s, seconds_per_1000_images=1000 / images_per_s,
                         parameter_count=declaration.get("resnet50").settings().parameter_count),
         provenance=Provenance(framework_version="1.0", device=device, gpu_name=H200 if device == "cuda" else None,
@@ -323,6 +329,29 @@ def test_grid_rows_are_ordered_by_one_figure_defined_the_same_for_every_row(tmp_
     assert grid["order"].startswith("Rows are ordered by the first column, CNN — CIFAR-10 training")
     markdown, html = (path.read_text() for path in render(tmp_path))
     assert grid["order"] in " ".join(sections(markdown)[GRID].split()) and grid["order"] in html
+
+
+def test_modes_are_ranked_side_by_side_and_the_grid_shows_each_frameworks_best_mode_by_name(tmp_path):
+    """FAIRNESS.md, modes-compared: one device and precision ranks every mode of every framework as
+    a row of its own, named by its mode; the grid has one row per framework, each cell the best of
+    its modes there, naming that mode (which may differ from workload to workload)."""
+    write(tmp_path, [training("pytorch", 1000, mode="eager"), training("pytorch", 1500, mode="compiled"),
+                     training("tensorflow", 1200, mode="graph"), training("tensorflow", 900, mode="compiled"),
+                     inference("pytorch", 100, mode="eager"), inference("pytorch", 80, mode="compiled"),
+                     inference("tensorflow", 90, mode="compiled")])
+    summary = summary_of(tmp_path)
+    assert summary["row_name"].tolist() == ["pytorch [compiled]", "tensorflow [graph]", "pytorch [eager]",
+                                            "tensorflow [compiled]"]
+    assert summary["rank"].tolist() == [1, 2, 3, 4] and summary["group"].nunique() == 1
+    context = build_context(report_frame(load_cells(tmp_path).results), load_reference(), charts=False)
+    [grid] = context["grids"]
+    shown = {row["name"]: [(cell["text"], cell["mode"], cell["best"]) for cell in row["cells"]] for row in grid["rows"]}
+    assert shown == {"pytorch": [("1,500", "compiled", True), ("100", "eager", True)],
+                     "tensorflow": [("1,200", "graph", False), ("90", "compiled", False)]}
+    markdown, html = (path.read_text() for path in render(tmp_path))
+    assert "| pytorch · cuda12 | **1,500** \\[compiled\\] | **100** \\[eager\\] |" in sections(markdown)[GRID]
+    assert '<span class="mode">compiled</span>' in html and '<span class="mode">graph</span>' in html
+    assert "pytorch \\[compiled\\]" in sections(markdown)[RANKING]
 
 
 def test_a_group_whose_rows_have_no_ok_cell_is_no_grid(tmp_path):

@@ -31,8 +31,8 @@ from support.records import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = frameworks.discover()
-CNN = Cell("pytorch", "cnn", variant="cpu", profile="smoke", data="synthetic")
-GRU = Cell("pytorch", "gru", variant="cpu", profile="smoke", data="synthetic")
+CNN = Cell("pytorch", "cnn", variant="cpu", profile="smoke", data="synthetic", mode="eager")
+GRU = Cell("pytorch", "gru", variant="cpu", profile="smoke", data="synthetic", mode="eager")
 
 
 class FakeBackend(Backend):
@@ -60,7 +60,7 @@ def in_tmp(in_tmp, monkeypatch):
 
 
 def run_matrix(results_dir, *extra, workloads="cnn", report=False) -> int:
-    argv = ["run-matrix", "--backend", "fake", "--frameworks", "pytorch", "--variants", "cpu",
+    argv = ["run-matrix", "--backend", "fake", "--frameworks", "pytorch", "--variants", "cpu", "--modes", "eager",
             "--workloads", workloads, "--profile", "smoke", "--data", "synthetic", "--data-dir", "data"]
     if results_dir is not None:
         argv += ["--results-dir", str(results_dir)]
@@ -101,7 +101,7 @@ def test_a_planted_work_link_never_deletes_its_target(in_tmp, capsys, fake_inter
     (in_tmp / "run" / ".work").mkdir(parents=True)
     (in_tmp / "run" / ".work" / CNN.key).symlink_to(victim / CNN.key)
     code = main(["run-matrix", "--backend", "local", "--python", fake_interpreter(WRITES_AN_OK_RESULT), "--frameworks", "pytorch",
-                 "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
+                 "--variants", "cpu", "--modes", "eager", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
                  "--results-dir", "run", "--data-dir", "data", "--no-report", "--resume"])
     assert code == 0, capsys.readouterr().err
     assert_untouched(victim)
@@ -394,8 +394,9 @@ def test_a_real_pytorch_cell_with_planted_links_touches_nothing_outside(tmp_path
     (run / ".work" / CNN.key).symlink_to(victim / CNN.key)
     (run / "logs" / f"{CNN.key}.log").symlink_to(victim_log)
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
-               "--variants", "cpu", "--workloads", "cnn", "--profile", "smoke", "--data", "synthetic",
-               "--results-dir", str(run), "--data-dir", str(tmp_path / "data"), "--resume", "--timeout", "600"]
+               "--variants", "cpu", "--modes", "eager", "--workloads", "cnn", "--profile", "smoke", "--data",
+               "synthetic", "--results-dir", str(run), "--data-dir", str(tmp_path / "data"), "--resume", "--timeout",
+               "600"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stderr
     assert_untouched(victim)

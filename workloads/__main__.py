@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from workloads.common import canonical, hyperparams, naming, options, threads as thread_rules
+from workloads.common import canonical, hyperparams, modes, naming, options, threads as thread_rules
 from workloads.common.cell import MOST_THREADS, CellDocumentError, CellRequest, unsafe_name_problem
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, INITS, Cell
@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--variant", help="recorded in the result (the image or environment used; default: cpu)")
     parser.add_argument("--profile", choices=hyperparams.PROFILES, help="default: full")
     parser.add_argument("--precision", choices=hyperparams.PRECISIONS, help="default: fp32")
+    parser.add_argument("--mode", choices=modes.KINDS, help="how the framework runs the model "
+                        "(workloads/common/modes.py; default: the framework's default mode)")
     parser.add_argument("--device", choices=hyperparams.DEVICES, help="default: auto")
     parser.add_argument("--data", choices=hyperparams.DATA_SOURCES, help="default: real")
     parser.add_argument("--data-dir", help="dataset cache (default: $ROSETTA_DATA_DIR or ~/.cache/rosetta-bench/data)")
@@ -107,7 +109,8 @@ def request_from_arguments(args: argparse.Namespace) -> CellRequest:
                 data=given(args.data, _DEFAULT_CELL.data),
                 repeat=given(args.repeat, _DEFAULT_CELL.repeat),
                 init=given(args.init, _DEFAULT_CELL.init),
-                options=dict(option.partition("=")[::2] for option in args.option or ()))
+                options=dict(option.partition("=")[::2] for option in args.option or ()),
+                mode=given(args.mode, _DEFAULT_CELL.mode))
     return CellRequest(cell=cell, device=given(args.device, _DEFAULT_REQUEST.device), data_dir=args.data_dir,
                        out=args.out, parity=args.parity, export_onnx=args.export_onnx, onnx_model=args.onnx_model,
                        threads=args.threads)
@@ -131,6 +134,8 @@ def request_problem(request: CellRequest) -> Optional[str]:
                                  ("init", cell.init, INITS)):
         if value not in choices:
             return f"invalid {what} {quoted(value)}; choose from {', '.join(choices)}"
+    if cell.mode and cell.mode not in modes.KINDS:
+        return f"invalid mode {quoted(cell.mode)}; choose from {', '.join(modes.KINDS)}"
     try:
         options.check(cell.framework, cell.options)
     except options.OptionError as error:
@@ -184,6 +189,9 @@ def main(argv: Optional[List[str]] = None, load_workload: Optional[Callable[[Cel
         # the run's threads, for the libraries that read them only at import (docs/FAIRNESS.md: same-threads)
         os.environ.update(thread_rules.environment(run.threads))
         run.result.provenance.environment.update(thread_rules.environment(run.threads))  # as set, recorded
+        missing_mode = modes.unsupported(cell.framework, run.mode)
+        if missing_mode:  # before the import: a mode the framework lacks costs nothing (modes.py)
+            raise Unsupported(missing_mode)
         os.environ.update(naming.environment(cell.framework))  # e.g. KERAS_BACKEND, before the import
         os.environ.update(naming.precision_environment(cell.precision))  # no TF32 in fp32 cells, before any CUDA handle
         if request.onnx_model:

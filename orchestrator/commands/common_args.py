@@ -72,13 +72,18 @@ def add_cell_selection(parser: argparse.ArgumentParser, *, frameworks_help: str)
 
 def add_cell_options(parser: argparse.ArgumentParser) -> None:
     """--option NAME=VALUE: a framework option (workloads/common/options.py) for every selected
-    framework that declares it."""
-    from workloads.common import options
+    framework that declares it; --modes: the execution modes (workloads/common/modes.py) every
+    selected framework runs."""
+    from workloads.common import modes, options
 
     parser.add_argument("--option", action="append", metavar="NAME=VALUE",
                         help="a framework option for every selected framework that declares it, repeatable; "
-                        "VALUE may be comma-separated (one cell per value, e.g. xla=off,on); options: "
+                        "VALUE may be comma-separated (one cell per value, e.g. channels_last=off,on); options: "
                         f"{', '.join(options.every_name())} (see `list`)")
+    parser.add_argument("--modes", type=comma_list,
+                        help=f"comma-separated execution modes every selected framework runs ({','.join(modes.KINDS)}; "
+                        "default: each framework's own, its default and its compiled one; a mode a framework lacks "
+                        "is an unsupported cell; see `list`)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, data_dir_help: str) -> None:

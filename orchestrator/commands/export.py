@@ -33,7 +33,7 @@ LINE_END = "\r\n"
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMERAL = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
-IDENTITY = ["workload", "framework", "variant", "precision", "profile", "data", "init", "options", "repeat"]
+IDENTITY = ["workload", "framework", "variant", "precision", "mode", "profile", "data", "init", "options", "repeat"]
 # pct_of_peak: achieved_flops_per_s (a metric) over peak_flops_per_s, a fraction; peak_source says
 # where the peak comes from, or why it is unknown (orchestrator/report/ceiling.py).
 OUTCOME = ["status", "reason", "headline_metric", "headline", "pct_of_peak", "peak_flops_per_s", "peak_source"]

@@ -17,9 +17,9 @@ from rich.text import Text
 
 from orchestrator import frameworks as framework_registry, images
 from orchestrator.errors import UserError
-from workloads.common import options as framework_options
+from workloads.common import modes as framework_modes, options as framework_options
 
-HELP = "frameworks, variants, workloads and options (list FRAMEWORK: everything about one)"
+HELP = "frameworks, variants, workloads, modes and options (list FRAMEWORK: everything about one)"
 ORDER = 80
 WIDTH = 80  # what the table is laid out for when the output is a pipe or a file
 
@@ -61,7 +61,7 @@ def list_images() -> list[dict]:
 
 def list_frameworks(known: dict | None = None) -> Table:
     """One line per framework: its name (never cut) and language where it is not Python, its variants,
-    workloads and option names."""
+    workloads, execution modes (the default first) and option names."""
     known = known if known is not None else framework_registry.discover()
     table = Table(title="Frameworks (images/<name>/ + workloads/<workload>/<name>.py)", box=box.SIMPLE_HEAD,
                   title_justify="left", pad_edge=False)
@@ -72,11 +72,12 @@ def list_frameworks(known: dict | None = None) -> Table:
     table.add_column("framework", no_wrap=True, style="bold")
     table.add_column("variants", min_width=longest["variants"])
     table.add_column("workloads", no_wrap=True, min_width=longest["workloads"])
-    table.add_column("options", min_width=longest["options"])
+    table.add_column("modes", min_width=max(len(mode) for mode in framework_modes.KINDS))
+    table.add_column("options", min_width=longest["options"], no_wrap=True)
     for name, framework in known.items():
         language = "" if framework.language is framework_registry.PYTHON else f" ({framework.language.name})"
         table.add_row(name + language, " ".join(framework.variants),
-                      " ".join(framework.workloads) or "-",
+                      " ".join(framework.workloads) or "-", " ".join(framework_modes.declared(name)) or "-",
                       " ".join(framework_options.declared(name)) or "-")
     return table
 
@@ -92,6 +93,9 @@ def describe(name: str, framework) -> Group:
                  f"base {variant.base_image or '-'}"] + ([f"GPUs {variant.gpus}"] if variant.gpus else [])
         variants.append(Text(f"  {variant.name}{default}: {'; '.join(facts)}"))
     parts = [heading, *variants, Text(f"workloads: {', '.join(framework.workloads) or '-'}")]
+    parts.append(Text("modes (--modes; the first is the default):"))
+    parts += [Text(f"  {mode.name}: {mode.meaning}") for mode in framework_modes.declared(name).values()] or [
+        Text("  - (none declared in workloads/common/modes.py)")]
     declared = framework_options.declared(name)
     if declared:
         parts.append(Text("options (--option NAME=VALUE):"))
@@ -103,6 +107,6 @@ def describe(name: str, framework) -> Group:
 
 
 def describe_options(framework: str) -> str:
-    """"xla: off|on (default off)", one line per option the framework declares; "-" for none."""
+    """"channels_last: off|on (default off)", one line per option the framework declares; "-" for none."""
     return "\n".join(f"{option.name}: {'|'.join(option.values)} (default {option.default})"
                      for option in framework_options.declared(framework).values()) or "-"

@@ -32,18 +32,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     return parity_check(common_args.backend_options(args), RunSettings.from_args(args),
-                        frameworks=args.frameworks, workloads=args.workloads, options=args.option)
+                        frameworks=args.frameworks, workloads=args.workloads, options=args.option,
+                        modes=args.modes)
 
 
 def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettings = RunSettings(), *,
                  frameworks: list[str] | None = None, workloads: list[str] | None = None,
-                 options: list[str] | None = None) -> int:
+                 options: list[str] | None = None, modes: list[str] | None = None) -> int:
     """Run every framework on the canonical weights and compare its outputs with PyTorch's.
 
     `options` (--option NAME=VALUE[,VALUE]) go to every selected framework that declares them, one
-    cell per value; the reference always runs with its defaults too, so that an option of its own
-    (channels_last) is compared with the plain reference."""
+    cell per value; `modes` (--modes) are the execution modes every framework runs (default: each
+    one's own: parity holds in every mode). The reference always runs with its defaults and in its
+    default mode too, so that an option or mode of its own is compared with the plain reference."""
     from orchestrator import parity, run_folder
+    from workloads.common import modes as framework_modes
     from workloads.common.result import Cell
 
     known = framework_registry.discover()
@@ -53,14 +56,17 @@ def parity_check(backend: BackendOptions = BackendOptions(), settings: RunSettin
     selection = matrix_module.narrow(
         matrix_module.Matrix(profile="full", data="synthetic", repeat=1,
                              frameworks=[matrix_module.FrameworkEntry(name, [known[name].default_variant])
-                                         for name in names]), known, options=options)
+                                         for name in names]), known, options=options, modes=modes)
     option_sets = {entry.name: entry.option_sets() for entry in selection.frameworks}
     option_sets[parity.REFERENCE] = [{}] + [chosen for chosen in option_sets.get(parity.REFERENCE, []) if chosen]
+    mode_lists = {entry.name: selection.modes_of(entry) for entry in selection.frameworks}
+    plain = framework_modes.default(parity.REFERENCE)
+    mode_lists[parity.REFERENCE] = [plain] + [mode for mode in mode_lists.get(parity.REFERENCE, []) if mode != plain]
     names = [parity.REFERENCE] + [name for name in names if name != parity.REFERENCE]  # the reference always runs
     cells = [Cell(name, workload, variant=known[name].default_variant, precision="fp32", profile="full",
-                  data="synthetic", options=dict(chosen))
+                  data="synthetic", options=dict(chosen), mode=mode)
              for workload in workloads for name in names if workload in known[name].workloads
-             for chosen in option_sets[name]]
+             for mode in mode_lists[name] for chosen in option_sets[name]]
     settings = settings.but(data_dir=common_args.data_folder(settings.data_dir))  # before the backend starts
     engine = registry.start(backend, known, log=console.print)
     results_dir = settings.results_dir or run_folder.new_results_dir(prefix=run_folder.PARITY_PREFIX)

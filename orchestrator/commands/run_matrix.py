@@ -33,6 +33,7 @@ class Selection:
     repeat: int | None = None
     init: str | None = None
     options: list[str] | None = None  # NAME=VALUE[,VALUE...], as given
+    modes: list[str] | None = None  # execution modes asked of every framework; None: each one's own
     seed: int | None = None  # the run order's; None: a fresh one (--resume: the run's own)
 
 
@@ -83,7 +84,7 @@ def idle_seconds(value: str) -> float:
 def main(args: argparse.Namespace) -> int:
     selection = Selection(frameworks=args.frameworks, variants=args.variants, workloads=args.workloads,
                           precisions=args.precisions, profile=args.profile, data=args.data, repeat=args.repeat,
-                          init=args.init, options=args.option, seed=args.seed)
+                          init=args.init, options=args.option, modes=args.modes, seed=args.seed)
     settings = RunSettings.from_args(args, resume=args.resume, render_report=not args.no_report,
                                      check_parity=not args.no_parity, idle_window_s=args.idle_window)
     return run_matrix(selection, common_args.backend_options(args), settings, matrix_file=args.matrix)
@@ -99,7 +100,7 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
     matrix = matrix_module.narrow(matrix, known, names=selection.frameworks, variants=selection.variants,
                                   workloads=selection.workloads, precisions=selection.precisions,
                                   profile=selection.profile, data=selection.data, repeat=selection.repeat,
-                                  init=selection.init, options=selection.options)
+                                  init=selection.init, options=selection.options, modes=selection.modes)
     cells = matrix.cells(known)
     if not cells:
         raise UserError("the matrix selects no cell: check --frameworks / --workloads / --variants "
@@ -121,6 +122,7 @@ def run_matrix(selection: Selection = Selection(), backend: BackendOptions = Bac
         record={"matrix": matrix.source, "profile": matrix.profile, "data": matrix.data, "repeat": matrix.repeats,
                 "init": matrix.init, "seed": seed, "threads": settings.threads,
                 "options": {entry.name: entry.options for entry in matrix.frameworks if entry.options},
+                "modes": {entry.name: matrix.modes_of(entry) for entry in matrix.frameworks},
                 "argv": sys.argv[1:], "not_applicable": matrix.not_applicable(known)})
     summary = runner.run_cells(cells, engine, known, settings, console=console)
     if settings.check_parity:

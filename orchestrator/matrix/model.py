@@ -1,4 +1,4 @@
-"""The matrix as the run uses it: frameworks with their variants, workloads, precisions and options;
+"""The matrix as the run uses it: frameworks with their variants, workloads, precisions, modes and options;
 narrowing by the command line; the cells, repeat-major, in a seeded order."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from orchestrator.errors import UserError
 from orchestrator.frameworks import Framework
 from orchestrator.matrix.checks import (QUOTED, check_choice, check_names, check_repeat, first_repeated, quoted,
                                         toml_type)
-from workloads.common import options as framework_options
+from workloads.common import modes as framework_modes, options as framework_options
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES, WORKLOADS
 from workloads.common.result import CANONICAL_INIT, INITS, Cell
 
 # Repeats when neither the matrix file nor --repeat says: the full profile is what gets published,
 # and one run of a cell says nothing about its spread; a smoke run only checks that cells run.
 DEFAULT_REPEATS = {"full": 3, "smoke": 1}
-# The most cells one framework's option lists may expand to (xla = ["off", "on"] is 2).
+# The most cells one framework's option lists may expand to (channels_last = ["off", "on"] is 2).
 MAX_OPTION_COMBINATIONS = 64
 
 
@@ -27,6 +27,7 @@ class FrameworkEntry:
     variants: list[str]
     workloads: list[str] | None = None  # None: the matrix defaults
     precisions: list[str] | None = None
+    modes: list[str] | None = None  # None: the matrix's modes, else every mode the framework declares
     # option name -> the values to run (a list expands into one cell per value); checked against
     # workloads/common/options.py. Empty: the framework's defaults.
     options: dict[str, list[str]] = field(default_factory=dict)
@@ -54,6 +55,10 @@ class Matrix:
     init: str = CANONICAL_INIT  # how every cell's model starts: canonical weights, or the framework's own
     workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    # Execution modes (workloads/common/modes.py) asked of every framework: one it does not declare
+    # is a recorded "unsupported" cell. None: each framework's own modes (its default and its
+    # compiled one), so that the default matrix has no cell that cannot run.
+    modes: list[str] | None = None
     frameworks: list[FrameworkEntry] = field(default_factory=list)
     source: str = "matrix.toml"
 
@@ -62,9 +67,14 @@ class Matrix:
         """How many times each cell runs: as set, else 3 for the full profile and 1 for smoke."""
         return self.repeat if self.repeat is not None else DEFAULT_REPEATS.get(self.profile, 1)
 
+    def modes_of(self, entry: FrameworkEntry) -> list[str]:
+        """The modes `entry`'s cells run: its own list, else the matrix's, else every mode it declares."""
+        chosen = entry.modes if entry.modes is not None else self.modes
+        return list(chosen) if chosen is not None else list(framework_modes.declared(entry.name)) or [""]
+
     def cells(self, frameworks: dict[str, Framework]) -> list[Cell]:
-        """Repeat-major, then workload, precision, framework, variant and option set: every cell
-        runs once before any runs a second time (`run_order` shuffles within each repeat)."""
+        """Repeat-major, then workload, precision, framework, variant, mode and option set: every
+        cell runs once before any runs a second time (`run_order` shuffles within each repeat)."""
         cells = []
         for repeat in range(self.repeats):
             for workload in self.workloads:
@@ -76,11 +86,11 @@ class Matrix:
                             continue
                         if entry.precisions is not None and precision not in entry.precisions:
                             continue
-                        for variant in entry.variants:
-                            for chosen in entry.option_sets():
-                                cells.append(Cell(framework=entry.name, workload=workload, variant=variant,
-                                                  precision=precision, profile=self.profile, data=self.data,
-                                                  repeat=repeat, init=self.init, options=dict(chosen)))
+                        for variant, mode, chosen in itertools.product(entry.variants, self.modes_of(entry),
+                                                                       entry.option_sets()):
+                            cells.append(Cell(framework=entry.name, workload=workload, variant=variant,
+                                              precision=precision, profile=self.profile, data=self.data,
+                                              repeat=repeat, init=self.init, options=dict(chosen), mode=mode))
         return cells
 
     def accelerator_types(self) -> dict[tuple[str, str], str]:
@@ -102,7 +112,7 @@ class Matrix:
 
 
 def check_options(table, framework: str, where: str) -> dict[str, list[str]]:
-    """A framework's `options = { xla = "on" }` (a value may be a list: one cell per value), each
+    """A framework's `options = { channels_last = "on" }` (a value may be a list: one cell per value), each
     name and value checked against workloads/common/options.py."""
     declared = framework_options.declared(framework)
     example = next(iter(declared.values()), None)
@@ -145,10 +155,11 @@ def parse_option_arguments(given: list[str] | None) -> dict[str, list[str]]:
         name, equals, value = (part.strip() for part in text.partition("="))
         values = [item.strip() for item in value.split(",") if item.strip()]
         if not equals or not name or not values:
-            raise UserError(f"--option {quoted(text)}: give NAME=VALUE, e.g. --option xla=on (or xla=off,on for "
-                            f"one cell per value); options: {', '.join(framework_options.every_name())}")
+            raise UserError(f"--option {quoted(text)}: give NAME=VALUE, e.g. --option channels_last=on (or "
+                            f"channels_last=off,on for one cell per value); options: "
+                            f"{', '.join(framework_options.every_name())}")
         if name in chosen:
-            raise UserError(f"--option {name} is given twice; give it once (xla=off,on runs both values)")
+            raise UserError(f"--option {name} is given twice; give it once (channels_last=off,on runs both values)")
         repeated = first_repeated(values)
         if repeated is not None:
             raise UserError(f"--option {name[:QUOTED]}: value {quoted(repeated)} is given twice; name each "
@@ -183,7 +194,8 @@ def _apply_options(matrix: Matrix, given: dict[str, list[str]]) -> None:
 def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str] | None = None,
            variants: list[str] | None = None, workloads: list[str] | None = None,
            precisions: list[str] | None = None, profile: str | None = None, data: str | None = None,
-           repeat: int | None = None, init: str | None = None, options: list[str] | None = None) -> Matrix:
+           repeat: int | None = None, init: str | None = None, options: list[str] | None = None,
+           modes: list[str] | None = None) -> Matrix:
     """Apply command-line choices. A framework named on the command line but absent from the
     matrix file runs its default variant."""
     where = "command line"
@@ -201,6 +213,10 @@ def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str]
         matrix.workloads = check_names(workloads, WORKLOADS, "workloads", where)
     if precisions:
         matrix.precisions = check_names(precisions, PRECISIONS, "precisions", where)
+    if modes:  # every selected framework, in every mode named: one it lacks is an unsupported cell
+        matrix.modes = check_names(modes, framework_modes.KINDS, "modes", where)
+        for entry in matrix.frameworks:
+            entry.modes = None
     if profile:
         matrix.profile = check_choice(profile, PROFILES, "profile", where)
     if data:

@@ -10,14 +10,14 @@ from orchestrator.frameworks import PROJECT_ROOT, Framework
 from orchestrator.matrix.checks import (MAX_REPEAT, check_choice, check_keys, check_names, check_repeat, expect, quoted,
                                         toml_type)
 from orchestrator.matrix.model import FrameworkEntry, Matrix, check_options
-from workloads.common import safe_files
+from workloads.common import modes as framework_modes, safe_files
 from workloads.common.hyperparams import DATA_SOURCES, PRECISIONS, PROFILES, WORKLOADS
 from workloads.common.result import INITS
 
 DEFAULT_MATRIX = PROJECT_ROOT / "matrix.toml"
 _TOP_KEYS = ("defaults", "frameworks")
-_DEFAULT_KEYS = ("profile", "data", "repeat", "init", "workloads", "precisions")
-_FRAMEWORK_KEYS = ("variants", "workloads", "precisions", "options", "accelerator_types")
+_DEFAULT_KEYS = ("profile", "data", "repeat", "init", "workloads", "precisions", "modes")
+_FRAMEWORK_KEYS = ("variants", "workloads", "precisions", "modes", "options", "accelerator_types")
 # A matrix file is a page of names: a megabyte is far past any real one, and bounds what a damaged
 # or hostile file costs to read (docs/RUN-GUARANTEES.md, the trust model). So do the longest GPU
 # model name and the longest value a message quotes.
@@ -49,6 +49,8 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     matrix.init = check_choice(defaults.get("init", matrix.init), INITS, "init", where)
     matrix.workloads = check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
     matrix.precisions = check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
+    if "modes" in defaults:  # unset: every mode each framework declares (workloads/common/modes.py)
+        matrix.modes = check_names(defaults["modes"], framework_modes.KINDS, "modes", where)
     tables = expect(document.get("frameworks", {}), dict, "tables ([frameworks.<name>])", source, "frameworks")
     if not tables:
         raise UserError(f"{source}: no [frameworks.<name>] table; choose from {', '.join(frameworks)}")
@@ -65,6 +67,8 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
             entry.workloads = check_names(table["workloads"], WORKLOADS, "workloads", where)
         if "precisions" in table:
             entry.precisions = check_names(table["precisions"], PRECISIONS, "precisions", where)
+        if "modes" in table:
+            entry.modes = check_names(table["modes"], framework_modes.KINDS, "modes", where)
         if "options" in table:
             entry.options = check_options(table["options"], name, where)
         if "accelerator_types" in table:

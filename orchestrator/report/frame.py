@@ -19,7 +19,7 @@ from workloads.common.result import CANONICAL_INIT, FRAMEWORK_INIT, Result
 
 # Recorded in provenance.extras by the frameworks (the fairness conventions): shown by name, in this
 # order, before any other extra. "matched" has its own section of the report.
-NAMED_EXTRAS = (("optimizer", "optimizer"), ("gru_kernel", "GRU kernel"), ("layout", "layout"), ("tf32", "TF32"),
+NAMED_EXTRAS = (("mode", "mode"), ("optimizer", "optimizer"), ("gru_kernel", "GRU kernel"), ("layout", "layout"), ("tf32", "TF32"),
                 ("threads", "threads"))
 # Extras every row should carry: a missing one says "not recorded". The optimizer only where a
 # workload trains; any other named extra wherever another result of the same workload records it

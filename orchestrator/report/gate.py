@@ -10,7 +10,7 @@ The checks, each with its own verdict per row (passed, failed with why, not appl
 - accuracy (FAIRNESS.md: accuracy-targets): the median test accuracy is within the workload's
   declared target, in the full profile on real data only; anywhere else it does not apply, and a
   table says so once, not per row;
-- parity (FAIRNESS.md: parity-gate): the framework (its variant and options) passed the parity
+- parity (FAIRNESS.md: parity-gate): the framework (its variant, mode and options) passed the parity
   check run-matrix runs beside the cells (orchestrator/parity.py); a run without one says "not
   checked", which does not keep a row out, a failed check does.
 
@@ -52,11 +52,11 @@ class Verdict:
 
 @dataclasses.dataclass
 class ParityRecord:
-    """A run's parity verdicts, per (workload, framework, variant, options label), why a row
+    """A run's parity verdicts, per (workload, framework, variant, mode, options label), why a row
     without one was not checked, and the run's one line about its check."""
 
-    verdicts: dict[tuple[str, str, str, str], Verdict]
-    missing: str = "no parity result for this framework, variant and options"
+    verdicts: dict[tuple[str, str, str, str, str], Verdict]
+    missing: str = "no parity result for this framework, variant, mode and options"
     summary: str = ""
 
 
@@ -173,7 +173,7 @@ def _parity(row: dict, workload: Workload, parity: ParityRecord | None) -> Verdi
         return Verdict(NOT_APPLICABLE, "the workload has no canonical weights to check")
     if parity is None:
         return Verdict(NOT_CHECKED, NO_PARITY_RUN)
-    key = (workload.name, row["framework"], row["variant"], row["options"])
+    key = (workload.name, row["framework"], row["variant"], row["mode"], row["options"])
     return parity.verdicts.get(key, Verdict(NOT_CHECKED, parity.missing))
 
 

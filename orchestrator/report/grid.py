@@ -2,7 +2,8 @@
 
 One grid per like-for-like group of devices and precisions (profile, data, device kind and
 model, precision: groups.GROUP_KEY), a row per (framework and how it ran, variant), a column per
-workload. A cell is the row's median over its ok repeats of the workload's declared headline
+workload. A framework's modes share its row: each cell shows the best of its modes there, naming
+that mode (FAIRNESS.md: modes-compared; the ranking tables list every mode as a row of its own). A cell is the row's median over its ok repeats of the workload's declared headline
 metric (summary.summarise), coloured by how it compares with the column's best (the same
 "relative" the ranking tables show); the best of each column is marked. Only a row the gate ranks
 shows a figure (FAIRNESS.md: ranking-gate); any other cell says why in a word or two (not ranked,
@@ -47,10 +48,13 @@ def grids(summaries: dict[str, pd.DataFrame], not_applicable: list[dict] = ()) -
             group = groups.setdefault(key, {"workloads": [], "rows": {}})
             if workload_name not in group["workloads"]:
                 group["workloads"].append(workload_name)
-            # one grid row per configuration across workloads: the GRU's kernel is in its cell
+            # one grid row per configuration across workloads and modes: the GRU's kernel and the
+            # best mode are in its cell
             name = row_name(row["framework"], row["options"], row["init"])
             cells = group["rows"].setdefault((name, row["variant"]), {"framework": row["framework"], "ran": False})
-            cells[workload_name] = _cell(row, workload)
+            cell = _cell(row, workload)
+            if workload_name not in cells or _preference(cell) < _preference(cells[workload_name]):
+                cells[workload_name] = cell
             cells["ran"] = cells["ran"] or row["status"] == "ok"
     shown = []
     for key in sorted(groups, key=group_order):
@@ -100,7 +104,23 @@ def cell_colour(relative: float) -> str:
     return f"hsl({hue:.0f}, 65%, 82%)"
 
 
+def _preference(cell: dict) -> tuple:
+    """Which of a framework's modes its grid cell shows: a ranked figure before an unranked one,
+    the better relative first; then an ok row the gate kept out; then the rest."""
+    relative = cell["relative_value"]
+    return (0 if cell["ranked"] else 1 if cell["ok"] else 2, math.inf if relative is None else relative)
+
+
 def _cell(row: pd.Series, workload: declaration.Workload) -> dict:
+    cell = _status_cell(row, workload)
+    cell["mode"] = str(row.get("mode") or "") or None
+    cell["ok"] = row["status"] == "ok"
+    if cell["mode"]:
+        cell["title"] = f"{cell['mode']} mode (the best of this row's modes here); {cell['title']}"
+    return cell
+
+
+def _status_cell(row: pd.Series, workload: declaration.Workload) -> dict:
     kernel = f"gru={row['kernel']}" if row["kernel"] else None
     if row["ranked"]:  # the gate let it through (FAIRNESS.md: ranking-gate)
         relative = row["relative_to_best"]
@@ -128,7 +148,7 @@ def _cell(row: pd.Series, workload: declaration.Workload) -> dict:
 
 def _plain_cell(text: str, title: str, *, kernel: str | None = None) -> dict:
     return {"text": text, "relative": None, "best": False, "colour": None, "title": title, "flagged": False,
-            "ranked": False, "kernel": kernel, "relative_value": None, "peak": None}
+            "ranked": False, "kernel": kernel, "relative_value": None, "peak": None, "mode": None, "ok": False}
 
 
 def _row_order(cells: dict, workloads: list[str]) -> tuple:

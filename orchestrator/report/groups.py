@@ -2,8 +2,9 @@
 
 A group is one (profile, data, device kind and model, precision): a CPU, an fp16 cell or another
 GPU is never ranked against this one (FAIRNESS.md: like-for-like). A row is one (framework,
-variant, non-default options, init) in a group; its name says how it ran, and, for a GRU, which
-kernel ran (FAIRNESS.md: gru-kernel-named). The report, its energy section and `compare` read
+variant, mode, non-default options, init) in a group: the modes of one framework are ranked side
+by side on one device and precision (FAIRNESS.md: modes-compared); its name says how it ran, the
+mode first, and, for a GRU, which kernel ran (FAIRNESS.md: gru-kernel-named). The report, its energy section and `compare` read
 these keys from here.
 """
 from __future__ import annotations
@@ -18,12 +19,12 @@ from workloads.common.result import CANONICAL_INIT
 # What is ranked together: one table, one fastest row, one chart per group.
 GROUP_KEY = ["profile", "data", "device_kind", "device_model", "precision"]
 # A row of a group: the results of one configuration, whatever its repeat.
-ROW_KEY = ["framework", "variant", "options", "init"]
+ROW_KEY = ["framework", "variant", "mode", "options", "init"]
 SUMMARY_KEY = GROUP_KEY + ROW_KEY
 GPU, CPU = "GPU", "CPU"
 PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16")
 # The configuration of a cell, whatever its device: what a repeat that recorded no device joins.
-CONFIGURATION = ["workload", "framework", "variant", "precision", "profile", "data", "options", "init"]
+CONFIGURATION = ["workload", "framework", "variant", "precision", "mode", "profile", "data", "options", "init"]
 
 # The GRU kernel a result records (extras["gru_kernel"]) starts with its kind: "cudnn: ...",
 # "scan: ...", "fused-cpu: ..."; a fallback is recorded as "cudnn: ... | then: python-loop: ...".
@@ -47,10 +48,11 @@ def kernel_kind(recorded) -> str:
     return "+".join(kinds)
 
 
-def row_name(framework, options, init, kernel: str = "") -> str:
-    """"tensorflow [xla=on]", "pytorch [init=framework]", "pytorch [gru=cudnn]": a row's name says
-    how it ran, the GRU's kernel included (FAIRNESS.md: gru-kernel-named)."""
-    how = [options] if options else []
+def row_name(framework, options, init, kernel: str = "", mode: str = "") -> str:
+    """"pytorch [compiled]", "tensorflow [graph, channels_last=on]", "pytorch [init=framework]",
+    "pytorch [eager, gru=cudnn]": a row's name says how it ran, its mode first (a result from before
+    modes were declared names none), the GRU's kernel included (FAIRNESS.md: gru-kernel-named)."""
+    how = ([mode] if mode else []) + ([options] if options else [])
     if init and init != CANONICAL_INIT:
         how.append(f"init={init}")
     if kernel:

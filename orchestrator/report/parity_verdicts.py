@@ -33,8 +33,9 @@ def run_record(results_dir: str | os.PathLike) -> ParityRecord | None:
 
 
 def record_of(comparisons: list[parity.Comparison]) -> ParityRecord:
-    """Each comparison's verdict, keyed as a summary row is: (workload, framework, variant, options)."""
-    verdicts = {(item.workload, item.name, item.variant, item.options): verdict(item) for item in comparisons}
+    """Each comparison's verdict, keyed as a summary row is: (workload, framework, variant, mode, options)."""
+    verdicts = {(item.workload, item.name, item.variant, item.mode, item.options): verdict(item)
+                for item in comparisons}
     return ParityRecord(verdicts, summary=f"{parity.counts(comparisons)} (parity/parity.md)")
 
 

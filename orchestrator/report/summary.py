@@ -1,6 +1,6 @@
 """Statistics per row, ranked only against like rows.
 
-A row is one (framework, variant, non-default options, init) in one group; a group is one
+A row is one (framework, variant, mode, non-default options, init) in one group; a group is one
 (profile, data, device kind and model, precision): a CPU, an fp16 cell or another GPU is never
 ranked against this one (groups.py; FAIRNESS.md: like-for-like). The headline metric of the
 workload's declaration ranks a group's rows: median, min, max and spread over the ok repeats, and
@@ -91,7 +91,7 @@ def notes() -> list[str]:
 
 
 def summarise(frame: pd.DataFrame, parity: ParityRecord | None = None) -> dict[str, pd.DataFrame]:
-    """Per declared workload, one row per (group, framework, variant, options, init).
+    """Per declared workload, one row per (group, framework, variant, mode, options, init).
 
     ``frame`` is orchestrator.report.frame.report_frame's (or plain to_frame's: the report's own
     columns then take their defaults). Numbers come from the ``ok`` repeats only. A row without
@@ -117,7 +117,7 @@ def empty_summary(workload: Workload) -> pd.DataFrame:
 def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
     """The report's own columns, defaulted where plain to_frame's frame lacks them, and the devices."""
     frame = frame.copy()
-    defaults = {"init": CANONICAL_INIT, "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None,
+    defaults = {"init": CANONICAL_INIT, "mode": "", "options": "", "gpu_model": None, "gru_kernel": "", "warmup_batches": None,
                 "peak_flops_per_s": math.nan, "pct_of_peak": math.nan, "peak_source": "", "threads_problem": ""}
     for column, value in defaults.items():
         if column not in frame:
@@ -132,6 +132,7 @@ def _prepared(frame: pd.DataFrame) -> pd.DataFrame:
         frame["key"] = [str(index) for index in range(len(frame))]
     frame["init"] = frame["init"].fillna(CANONICAL_INIT)
     frame["options"] = frame["options"].fillna("")
+    frame["mode"] = frame["mode"].fillna("")
     return with_devices(frame)
 
 
@@ -151,7 +152,7 @@ def _summarise_workload(workload: Workload, rows: pd.DataFrame, parity: ParityRe
         record = dict(zip(SUMMARY_KEY, key))
         kernel = "+".join(dict.fromkeys(kind for kind in map(kernel_kind, shown["gru_kernel"]) if kind))
         record.update(
-            row_name=row_name(record["framework"], record["options"], record["init"], kernel),
+            row_name=row_name(record["framework"], record["options"], record["init"], kernel, record["mode"]),
             kernel=kernel,
             group="|".join(record[name] for name in GROUP_KEY),
             group_label=group_label(*(record[name] for name in GROUP_KEY)),
@@ -313,7 +314,7 @@ def _order(summary: pd.DataFrame, lower_is_better: bool) -> pd.DataFrame:
     ordered = summary.assign(_rank=rank, _worse=worse, _kind=summary["device_kind"].map(kind_order),
                              _precision=summary["precision"].map(precision_order)).sort_values(
         ["profile", "data", "_kind", "device_model", "_precision", "precision", "_rank", "_worse", "framework",
-         "variant", "options", "init"],
+         "variant", "mode", "options", "init"],
         na_position="last", kind="stable")
     return ordered.drop(columns=["_rank", "_worse", "_kind", "_precision"]).reset_index(drop=True)
 

@@ -186,12 +186,12 @@ def test_the_run_starts_from_the_canonical_weights_unless_told_otherwise(keras_r
 
 
 @pytest.mark.e2e  # the real Keras, in its cached environment
-def test_xla_follows_the_option_on_tensorflow_always_on_jax_never_on_torch(keras_row):
+def test_xla_follows_the_mode_on_tensorflow_always_on_jax_never_on_torch(keras_row):
     framework, found = keras_row
     xla = found["xla"]
     if framework == "keras-tf":
-        assert xla["off"]["jit_compile"] is False and xla["off"]["extra"].startswith("off:")
-        assert xla["on"]["jit_compile"] is True and xla["on"]["extra"].startswith("on:")
+        assert xla["graph"]["jit_compile"] is False and xla["graph"]["extra"].startswith("off:")
+        assert xla["compiled"]["jit_compile"] is True and xla["compiled"]["extra"].startswith("on:")
     elif framework == "keras-jax":
         assert xla["default"]["jit_compile"] is True and xla["default"]["extra"].startswith("always:")
     else:

@@ -3,7 +3,7 @@
 Most tests need no TensorFlow: each states, in numpy, what a TensorFlow op computes in the layout
 the workload file uses, and compares it with the canonical (NCHW / OIHW) computation. The tests
 marked e2e run real cells in TensorFlow's cached CPU environment (tests/support/compiled_step_checks.py):
-trace counts after 20 training steps, the xla option, the fused optimizers, the canonical start.
+trace counts after 20 training steps, the compiled (XLA) mode, the fused optimizers, the canonical start.
 """
 from pathlib import Path
 
@@ -143,7 +143,7 @@ def test_resource_apply_momentum_is_pytorchs_plain_momentum():
 # --- the real thing, in TensorFlow's cached CPU environment --------------------------------------
 
 def test_no_rosetta_xla_environment_switch_is_left():
-    """XLA is the cell's option (--option xla=on), never an environment variable the backends may drop."""
+    """XLA is the cell's mode (--modes compiled), never an environment variable the backends may drop."""
     root = Path(__file__).resolve().parents[2]
     readers = [str(path.relative_to(root)) for folder in ("workloads", "images", "orchestrator")
                for path in (root / folder).rglob("*") if path.is_file() and path.suffix in (".py", ".toml")
@@ -154,13 +154,13 @@ def test_no_rosetta_xla_environment_switch_is_left():
 @pytest.fixture(scope="module")
 def tensorflow_checks():
     """One TensorFlow process for every check below. ROSETTA_XLA=1 is set to show it is ignored."""
-    return run_checks("tensorflow", ["training:cnn", "training:gru", "training:cnn:xla=on", "inference",
-                                     "inference:xla=on", "optimizers", "first_loss:canonical",
+    return run_checks("tensorflow", ["training:cnn", "training:gru", "training:cnn:mode=compiled", "inference",
+                                     "inference:mode=compiled", "optimizers", "first_loss:canonical",
                                      "first_loss:framework"], environment={"ROSETTA_XLA": "1"})
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("check", ["training:cnn", "training:gru", "training:cnn:xla=on"])
+@pytest.mark.parametrize("check", ["training:cnn", "training:gru", "training:cnn:mode=compiled"])
 def test_every_compiled_step_traces_once_in_20_training_steps(tensorflow_checks, check):
     """The train step, and the evaluation step over a test set ending in a partial batch (padded to
     the one shape), each trace exactly once: nothing retraces."""
@@ -168,7 +168,7 @@ def test_every_compiled_step_traces_once_in_20_training_steps(tensorflow_checks,
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("check", ["inference", "inference:xla=on"])
+@pytest.mark.parametrize("check", ["inference", "inference:mode=compiled"])
 def test_the_inference_forward_traces_once_and_copies_features_to_the_host(tensorflow_checks, check):
     found = tensorflow_checks[check]
     assert found["status"] == "ok", found["reason"]
@@ -176,13 +176,14 @@ def test_the_inference_forward_traces_once_and_copies_features_to_the_host(tenso
 
 
 @pytest.mark.e2e
-def test_the_xla_option_is_read_per_cell_and_the_environment_variable_is_not(tensorflow_checks):
+def test_the_compiled_mode_is_read_per_cell_and_the_environment_variable_is_not(tensorflow_checks):
     for check in ("training:cnn", "training:gru", "inference"):  # run with ROSETTA_XLA=1 in the environment
         extras = tensorflow_checks[check]["extras"]
-        assert extras["option.xla"] == "off" and extras["xla"].startswith("off"), extras
-    for check in ("training:cnn:xla=on", "inference:xla=on"):
+        assert extras["mode"].startswith("graph: tf.function graphs") and extras["xla"].startswith("off"), extras
+    for check in ("training:cnn:mode=compiled", "inference:mode=compiled"):
         extras = tensorflow_checks[check]["extras"]
-        assert extras["option.xla"] == "on" and extras["xla"].startswith("on: tf.function(jit_compile=True)"), extras
+        assert extras["mode"].startswith("compiled: tf.function with XLA"), extras
+        assert extras["xla"].startswith("on: tf.function(jit_compile=True)"), extras
 
 
 @pytest.mark.e2e

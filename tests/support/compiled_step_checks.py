@@ -40,9 +40,10 @@ def _summary(run: Run) -> dict:
             "extras": {key: value for key, value in result.provenance.extras.items() if key != "matched"}}
 
 
-def training(framework: str, workload: str, options: dict, init: str = "canonical") -> dict:
+def training(framework: str, workload: str, options: dict, init: str = "canonical", mode: str = "") -> dict:
     """A smoke cell raised to TRAIN_STEPS steps, its test set ending in a partial batch."""
-    run = Run(Cell(framework, workload, profile="smoke", data="synthetic", init=init, options=options), device="cpu")
+    run = Run(Cell(framework, workload, profile="smoke", data="synthetic", init=init, options=options, mode=mode),
+              device="cpu")
     run.settings = dataclasses.replace(run.settings, max_train_batches=TRAIN_STEPS, max_eval_batches=EVAL_BATCHES)
     loader_name = "load_cifar10" if workload == "cnn" else "load_imdb"
     load = getattr(run, loader_name)
@@ -67,11 +68,12 @@ def first_loss(framework: str, init: str) -> dict:
     return _summary(run)
 
 
-def inference(framework: str, options: dict) -> dict:
+def inference(framework: str, options: dict, mode: str = "") -> dict:
     """The runtime's inference loop on a tiny model (4 warm and timed batches of 4 images)."""
     import numpy as np
 
-    run = Run(Cell(framework, "resnet50", profile="smoke", data="synthetic", options=options), device="cpu")
+    run = Run(Cell(framework, "resnet50", profile="smoke", data="synthetic", options=options, mode=mode),
+              device="cpu")
     run.settings = dataclasses.replace(run.settings, batch_size=4, feature_size=8, batches=4, warmup_batches=2)
     images = np.random.default_rng(0).normal(size=(16, 3, 8, 8)).astype(np.float32)
     if framework == "tensorflow":
@@ -182,15 +184,16 @@ def main(argv) -> None:
     os.environ.update(naming.precision_environment("fp32"))
     report = {}
     for check in checks:
-        name, _, argument = check.partition(":")  # e.g. "training:cnn:xla=on"
+        name, _, argument = check.partition(":")  # e.g. "training:cnn:mode=compiled", "inference:mode=compiled"
         workload, _, option = argument.partition(":")
         options = dict([option.split("=", 1)]) if option else {}
         if name == "training":
-            report[check] = training(framework, workload, options)
+            report[check] = training(framework, workload, options, mode=options.pop("mode", ""))
         elif name == "first_loss":
             report[check] = first_loss(framework, argument)
         elif name == "inference":
-            report[check] = inference(framework, dict([argument.split("=", 1)]) if argument else {})
+            options = dict([argument.split("=", 1)]) if argument else {}
+            report[check] = inference(framework, options, mode=options.pop("mode", ""))
         elif name == "optimizers":
             report[check] = tensorflow_optimizers()
         else:

@@ -27,9 +27,9 @@ TRAIN_STEPS = 20  # the trace-once rule is checked over at least 20 steps
 SMALL = dict(batch_size=16, max_eval_batches=1)
 
 
-def make_run(workload: str, *, init: str = "canonical", options=None, **settings) -> Run:
+def make_run(workload: str, *, init: str = "canonical", options=None, mode: str = "", **settings) -> Run:
     cell = Cell(framework=FRAMEWORK, workload=workload, profile="smoke", data="synthetic", init=init,
-                options=dict(options or {}))
+                options=dict(options or {}), mode=mode)
     run = Run(cell, device="cpu")
     run.settings = dataclasses.replace(run.settings, **settings)
     return run
@@ -157,10 +157,10 @@ def keras_facts() -> dict:
         facts[f"cnn_init_{init}"] = {"equals_canonical": bool(np.array_equal(kernel, expected)),
                                      "extra": run.result.provenance.extras.get("init")}
 
-    # XLA: the option on TensorFlow, always on JAX, never on torch
+    # XLA: the compiled mode on TensorFlow, always on JAX, never on torch
     xla = {}
-    for value in ("off", "on") if FRAMEWORK == "keras-tf" else ("default",):
-        run = make_run("cnn", options={"xla": value} if value == "on" else {})
+    for value in ("graph", "compiled") if FRAMEWORK == "keras-tf" else ("default",):
+        run = make_run("cnn", mode="" if value == "default" else value)
         policy = runtime.select_device(run)
         model = cnn.compile_model(cnn.vgg_style_cnn(run.settings, policy.data_format), run.settings, policy)
         xla[value] = {"jit_compile": bool(model.jit_compile), "extra": run.result.provenance.extras["xla"]}

@@ -19,7 +19,7 @@ from workloads.common.result import Cell
 from workloads.common.strict_json import json_kind, quoted
 
 # Bump when a field changes meaning, so that an image older than the host says so plainly.
-CELL_DOCUMENT_VERSION = 3  # 2: the cell's init and framework options; 3: the run's threads
+CELL_DOCUMENT_VERSION = 3  # 2: the cell's init and framework options; 3: the run's threads and the cell's mode
 
 
 # A name that becomes part of a file name (the cell's key, hence the default result path): letters
@@ -27,7 +27,7 @@ CELL_DOCUMENT_VERSION = 3  # 2: the cell's init and framework options; 3: the ru
 # (the key's separator), so no name can escape the results folder or make two cells share a key.
 SAFE_NAME = re.compile(r"[A-Za-z0-9]+(?:[._+-][A-Za-z0-9]+)*\Z")
 SAFE_NAME_MAX = 64
-PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data", "init")
+PATH_NAMES = ("framework", "variant", "workload", "precision", "profile", "data", "init", "mode")
 # The document comes from the host through a file another process could have replaced (a shared
 # work folder, a mount): read bounded, never through a link or from a FIFO, nesting capped
 # (strict_json), every field typed (docs/RUN-GUARANTEES.md, the trust model).
@@ -47,8 +47,8 @@ def unsafe_name_problem(cell) -> Optional[str]:
     Checked before any other check names the value, so that a hostile value is refused as such."""
     for field_name in PATH_NAMES:
         value = getattr(cell, field_name)
-        if not isinstance(value, str) or (not value and field_name in ("framework", "workload")):
-            continue  # the caller's own checks name a missing framework or workload
+        if not isinstance(value, str) or (not value and field_name in ("framework", "workload", "mode")):
+            continue  # the caller's own checks name a missing framework or workload; no mode: the default
         if len(value) > SAFE_NAME_MAX or not SAFE_NAME.match(value):
             return (f"invalid {field_name} {value[:SAFE_NAME_MAX]!r}: a name is letters and digits joined by single "
                     f"'.', '_', '+' or '-' (at most {SAFE_NAME_MAX} characters), as it becomes part of a file name")

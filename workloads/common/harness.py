@@ -10,17 +10,16 @@ import contextlib
 import datetime
 import math
 import os
-import platform
 import resource
-import socket
 import sys
 import time
 from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from workloads.common import canonical, data, declaration, flops, hyperparams, options, threads as thread_rules
-from workloads.common.provenance import fill_machine_facts, process_threads
+from workloads.common import (canonical, data, declaration, flops, hyperparams, modes, options,
+                              threads as thread_rules)
+from workloads.common.provenance import fill_host_facts, process_threads
 from workloads.common.result import CANONICAL_INIT, Cell, Result
 
 # The validity gate: a training loss that ends an epoch above this multiple of the first step's
@@ -71,10 +70,13 @@ class Run:
         self._step_not_finite: Optional[int] = None  # the first epoch in which a step's loss was not finite
         self.init = cell.init
         self.options = options.resolve(cell.framework, cell.options)  # every declared option, defaults included
+        self.mode = modes.resolve(cell.framework, cell.mode)  # eager, graph or compiled: the runtime reads it here
         self.result = Result(cell=cell, settings=_as_dict(self.settings))
         self.result.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         self.result.provenance.extras.update({"option." + name: value for name, value in self.options.items()})
-        self._fill_host_provenance()
+        if self.mode:
+            self.result.provenance.extras["mode"] = "{}: {}".format(self.mode, modes.meaning(cell.framework, self.mode))
+        fill_host_facts(self.result.provenance)
         self.result.provenance.threads_requested = self.threads
 
     # --- the cell's choices -----------------------------------------------------------------------
@@ -327,22 +329,6 @@ class Run:
             self.invalidate(problem)
         return self.result
 
-    def _fill_host_provenance(self) -> None:
-        provenance = self.result.provenance
-        provenance.python_version = platform.python_version()
-        provenance.numpy_version = np.__version__
-        provenance.platform = platform.platform()
-        provenance.hostname = socket.gethostname()
-        provenance.cpu_model = cpu_model()
-        provenance.cpu_count = os.cpu_count()
-        provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION") or None
-        provenance.gpu_driver = nvidia_driver_version()
-        provenance.interpreter = sys.executable
-        provenance.user_id = os.getuid()
-        provenance.network_interfaces = network_interfaces()
-        fill_machine_facts(provenance)
-
-
 def divergence(first_loss: Optional[float], epoch_losses: List[Optional[float]]) -> Optional[str]:
     """Why a training run diverged ("diverged: ..."), or None: a loss that is not a finite number,
     or an epoch that ends above DIVERGED_LOSS_RATIO times the first step's loss."""
@@ -358,39 +344,6 @@ def divergence(first_loss: Optional[float], epoch_losses: List[Optional[float]])
                 return ("diverged: the training loss rose from {:.4g} (first step) to {:.4g} (end of epoch {}), "
                         "more than {:g}x its start".format(first_loss, loss, number, DIVERGED_LOSS_RATIO))
     return None
-
-
-def cpu_model() -> Optional[str]:
-    try:
-        with open("/proc/cpuinfo") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def network_interfaces() -> List[str]:
-    """The interfaces this process sees; a container run without network has only loopback."""
-    try:
-        return sorted(os.listdir("/sys/class/net"))
-    except OSError:
-        return []
-
-
-def nvidia_driver_version() -> Optional[str]:
-    """The kernel driver's version, readable inside a container without nvidia-smi."""
-    try:
-        with open("/proc/driver/nvidia/version") as stream:
-            first = stream.readline()
-    except OSError:
-        return None
-    words = first.split()
-    for word in words:
-        if word[:1].isdigit() and "." in word:
-            return word
-    return first.strip() or None
 
 
 def _as_dict(settings) -> dict:

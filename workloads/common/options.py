@@ -1,12 +1,14 @@
 """Framework options: the switches a framework's rows can be run with, each declared once.
 
-A switch that changes speed (XLA compilation, a channels-last layout, an executor) is never read
+A switch that changes speed (a channels-last layout, an executor) is never read
 from an environment variable a backend may or may not pass along: it is part of the cell
 (``Cell.options``), travels in the cell document through every backend, is recorded in the
 result (``provenance.extras["option.<name>"]``, default values included) and appears in the row's
 name in the report when it is not the default. The host checks what is asked for against this
-table (``python -m orchestrator run-matrix --option xla=on``, or ``options`` in matrix.toml); the
-framework's runtime reads the resolved value with ``run.option(name)``.
+table (``python -m orchestrator run-matrix --option channels_last=on``, or ``options`` in
+matrix.toml); the framework's runtime reads the resolved value with ``run.option(name)``. How a
+framework executes the model (eager, a graph, compiled by XLA or inductor) is no option but the
+cell's mode, a run-wide dimension (workloads/common/modes.py).
 
 Standard library only (Python 3.6): the host and every image read this one table.
 """
@@ -27,7 +29,6 @@ class Option:
         return "Option({!r}, default={!r})".format(self.name, self.default)
 
 
-XLA = Option("xla", (OFF, ON), OFF, "compile every training and inference step with XLA (jit_compile=True)")
 CHANNELS_LAST = Option("channels_last", (OFF, ON), OFF,
                        "run convolutions in the NHWC (channels-last) memory layout, the tensor cores' own "
                        "layout in half precision; the input is still delivered NCHW and converted once per batch")
@@ -39,9 +40,6 @@ EXECUTOR = Option("executor", ("async_scheduling", "simple"), "async_scheduling"
                   "(one operator after another)")
 
 OPTIONS = {
-    "tensorflow": (XLA,),
-    "keras-tf": (XLA,),
-    "r-keras": (XLA,),  # the same Keras on TensorFlow, reached from R
     "pytorch": (CHANNELS_LAST,),
     "paddle": (CHANNELS_LAST,),
     "mindspore": (ONEDNN_MAX_CPU_ISA,),
@@ -86,5 +84,5 @@ def resolve(framework: str, given: Mapping[str, str]) -> Dict[str, str]:
 
 
 def label(options: Mapping[str, str]) -> str:
-    """``xla=on, channels_last=on``: how a row names its non-default options ("" for none)."""
+    """``channels_last=on, executor=simple``: how a row names its non-default options ("" for none)."""
     return ", ".join("{}={}".format(name, options[name]) for name in sorted(options))

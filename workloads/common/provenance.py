@@ -27,6 +27,62 @@ _GPU_QUERY = (("name", "name"), ("memory_total_mib", "memory.total"), ("sm_clock
 _NVIDIA_SMI_TIMEOUT_S = 20
 
 
+def fill_host_facts(provenance) -> None:
+    """What every result records of the host, the interpreter and the machine (fill_machine_facts)."""
+    import platform
+    import socket
+
+    import numpy as np
+
+    provenance.python_version = platform.python_version()
+    provenance.numpy_version = np.__version__
+    provenance.platform = platform.platform()
+    provenance.hostname = socket.gethostname()
+    provenance.cpu_model = cpu_model()
+    provenance.cpu_count = os.cpu_count()
+    provenance.git_revision = os.environ.get("ROSETTA_GIT_REVISION") or None
+    provenance.gpu_driver = nvidia_driver_version()
+    provenance.interpreter = sys.executable
+    provenance.user_id = os.getuid()
+    provenance.network_interfaces = network_interfaces()
+    fill_machine_facts(provenance)
+
+
+def cpu_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as stream:
+            for line in stream:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
+def network_interfaces() -> List[str]:
+    """The interfaces this process sees; a container run without network has only loopback."""
+    try:
+        return sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        return []
+
+
+def nvidia_driver_version() -> Optional[str]:
+    """The kernel driver's version, readable inside a container without nvidia-smi."""
+    try:
+        with open("/proc/driver/nvidia/version") as stream:
+            first = stream.readline()
+    except OSError:
+        return None
+    words = first.split()
+    for word in words:
+        if word[:1].isdigit() and "." in word:
+            return word
+    return first.strip() or None
+
+
 def fill_machine_facts(provenance) -> None:
     """Fill a result's provenance (workloads.common.result.Provenance) with what this module reads."""
     provenance.cpu_affinity = cpu_affinity()

@@ -18,7 +18,8 @@ from workloads.common import safe_files
 SCHEMA_VERSION = 4
 # Version 1 lacks only fields that have defaults here (init, options, per-step training times,
 # the first loss, trace counts, the wider provenance), version 2 only the phases' wall-clock spans
-# and the host's energy record, version 3 only the FLOP figures: all are still read.
+# and the host's energy record, version 3 only the FLOP figures and the cell's mode (the threads
+# asked and reported too): all are still read.
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 # The contract between host and image: exit 0 = result written and ok; EXIT_UNSUPPORTED = the
@@ -39,7 +40,7 @@ class SchemaError(ValueError):
 
 @dataclass
 class Cell:
-    """What was asked for: one (framework, variant, workload, precision, profile) and repeat."""
+    """What was asked for: one (framework, variant, workload, precision, mode, profile) and repeat."""
 
     framework: str
     workload: str
@@ -50,12 +51,16 @@ class Cell:
     repeat: int = 0
     init: str = CANONICAL_INIT  # canonical or framework (see INITS)
     options: Dict[str, str] = field(default_factory=dict)  # non-default framework options (workloads/common/options.py)
+    # How the framework runs the model (workloads/common/modes.py): eager, graph or compiled; ""
+    # (a result from before modes were declared): the framework's default mode, unnamed.
+    mode: str = ""
 
     @property
     def key(self) -> str:
         """File-name-safe identity; a repeat of the same cell gets its own key, and so does a cell
-        run from the framework's own initialisers or with a non-default option."""
-        parts = [self.framework, self.variant, self.workload, self.precision, self.profile, self.data]
+        run from the framework's own initialisers or with a non-default option, and each mode."""
+        parts = [self.framework, self.variant, self.workload, self.precision] + ([self.mode] if self.mode else [])
+        parts += [self.profile, self.data]
         if self.init != CANONICAL_INIT:
             parts.append(f"init-{self.init}")
         parts += [f"{name}-{self.options[name]}" for name in sorted(self.options)]

@@ -63,7 +63,7 @@ class GRUWorkload(runtime.Training):
     """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
     def select_device(self, run):
-        return runtime.select_device(run, convolutions=False)  # channels_last: unsupported
+        return runtime.select_device(run, convolutions=False, recurrent=True)  # channels_last, compiled: unsupported
 
     def build_model(self, run, policy):
         return GRUClassifier(run.settings).to(policy.device)

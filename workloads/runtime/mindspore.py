@@ -165,7 +165,7 @@ def select_device(run: Run) -> MindSporePolicy:
         cuda_version=None,  # MindSpore does not report its CUDA version at run time; the variant names it
         cudnn_version=None,
         gpu_name=gpu_name(run) if device_type == "cuda" else None,
-        extras={"layout": "NCHW / TNC", "mode": "GRAPH_MODE (mindspore.jit): compiled on the first call",
+        extras={"layout": "NCHW / TNC", "execution": "GRAPH_MODE (mindspore.jit): compiled on the first call",
                 "cudnn_conv_algo": "performance" if device_type == "cuda" else "none (CPU)",
                 "allow_tf32": "false", "tf32": tf32, **onednn},
     )

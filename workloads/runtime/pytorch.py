@@ -5,16 +5,25 @@
 those choices from it. `train_and_evaluate`, `parity_steps`, `extract_features` and
 `parity_features` run a workload's model through the shared loops of workloads/common/loop.py.
 `Training` and `FeatureExtraction` are PyTorch's side of the scaffold every workload file fills in
-(workloads/common/scaffold.py).
+(workloads/common/scaffold.py). The cell's mode (workloads/common/modes.py) is eager (the default)
+or compiled: `policy.compiled(model)` wraps the model in torch.compile (inductor, static shapes),
+so its forward and backward run as fused generated kernels; the optimizer's update stays PyTorch's
+own (fused where it has the kernel). Compilation happens on the first call, so in the first
+training step or the warm-up pass (FAIRNESS.md: warm-up-apart), with its caches in the cell's own
+temporary folder (never the home folder: every cell compiles cold, as a fresh machine would).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
 
 import numpy as np
 import torch
 
-from workloads.common import loop, precision as precision_rules, scaffold
+from workloads.common import loop, modes, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
@@ -26,8 +35,11 @@ _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class TorchPolicy(Policy):
     """The device (a torch.device) and what the cell's precision asks of PyTorch."""
 
-    def __init__(self, device: torch.device, precision: str, memory_format=torch.contiguous_format):
+    def __init__(self, device: torch.device, precision: str, memory_format=torch.contiguous_format,
+                 compile_with=None):
         super().__init__(device, precision)
+        # the compiled mode's torch.compile backend (inductor, counting its graphs); None: eager
+        self.compile_with = compile_with
         self.autocast_dtype = _AUTOCAST_DTYPES.get(precision)  # None: no autocast (fp32, tf32)
         # PyTorch's fused SGD and Adam kernels (CUDA and, since 2.4, CPU): one kernel updates every
         # parameter, where the default runs a for-loop of per-parameter ops on the CPU and
@@ -43,6 +55,12 @@ class TorchPolicy(Policy):
         if tensor.dim() == 4 and self.memory_format is not torch.contiguous_format:
             tensor = tensor.contiguous(memory_format=self.memory_format)  # NCHW values, NHWC in memory
         return tensor
+
+    def compiled(self, model: torch.nn.Module) -> torch.nn.Module:  # phrase: compile-step
+        """``model`` as the cell's mode runs it: itself (eager), or torch.compile'd (compiled)."""
+        if self.compile_with is None:
+            return model
+        return torch.compile(model, backend=self.compile_with, dynamic=False)
 
     def autocast(self):  # phrase: autocast
         """Mixed precision through PyTorch's own autocast; fp32 and tf32 run without it."""
@@ -63,11 +81,23 @@ def _fused_optimizer_devices() -> tuple:
         return ("cuda",)
 
 
-def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
+# Why the compiled mode refuses a model holding an RNN module (nn.GRU): measured with PyTorch 2.13
+# on the CPU, TorchDynamo skips a frame that calls one (torch._dynamo.explain: 0 graphs), so
+# torch.compile would run the model eagerly under the compiled mode's name; with
+# torch._dynamo.config.allow_rnn it unrolls the time loop into one graph, minutes of compilation.
+NOT_COMPILED_RNN = ("torch.compile does not compile this model: TorchDynamo skips a frame that calls an RNN module "
+                    "(nn.GRU), so nothing would be compiled, and its allow_rnn switch unrolls the GRU's time loop "
+                    "into one graph (minutes of compilation)")
+
+
+def select_device(run: Run, *, convolutions: bool = True, recurrent: bool = False) -> TorchPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches.
 
     ``convolutions``: whether the workload's model has any: the channels_last option lays out
-    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does."""
+    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does.
+    ``recurrent``: whether it holds an RNN module, which the compiled mode refuses (NOT_COMPILED_RNN)."""
+    if recurrent and run.mode == modes.COMPILED:
+        raise Unsupported(NOT_COMPILED_RNN)
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
         if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
@@ -85,6 +115,7 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     if channels_last and not convolutions:
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
+    compile_with, compiler = (_inductor(run), _compile_caches(device)) if run.mode == modes.COMPILED else (None, "")
     torch.manual_seed(SEED)  # phrase: seeding
     set_threads(run)
     if device.type == "cuda":
@@ -99,9 +130,45 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         extras={"layout": _layout(channels_last, convolutions), "cudnn_benchmark": "true",
                 "tf32": _tf32_reported(device),
-                "autocast": str(_AUTOCAST_DTYPES.get(precision, "none"))},
+                "autocast": str(_AUTOCAST_DTYPES.get(precision, "none")),
+                **({"compiler": compiler} if compiler else {})},
     )
-    return TorchPolicy(device, precision, memory_format)
+    return TorchPolicy(device, precision, memory_format, compile_with)
+
+
+def _compile_caches(device: torch.device) -> str:
+    """Point inductor's and Triton's caches into the cell's own temporary folder (each backend gives
+    a cell its own TMPDIR, removed after it), so no compiled kernel outlives the cell or comes from
+    another run; refuse the CPU's compiled mode where inductor would find no C++ compiler. What the
+    compiler is, for the "compiler" extra."""
+    scratch = tempfile.gettempdir()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "torchinductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+    caches = f"caches in the cell's temporary folder ({scratch})"
+    if device.type == "cuda":
+        return f"inductor: Triton kernels; {caches}"
+    cxx = os.environ.get("CXX") or "g++"  # what inductor's C++ builder runs on Linux
+    found = shutil.which(cxx)
+    if found is None:
+        raise Unsupported(f"torch.compile on the CPU needs a C++ compiler: {cxx} is not on PATH here")
+    return f"inductor: C++/OpenMP kernels built by {found}; {caches}"
+
+
+def _inductor(run: Run):
+    """torch.compile's inductor backend, counting each graph it compiles in ``samples.traces``: a
+    graph of the same code and input shapes compiled twice is a recompilation, which the report
+    flags; the graphs a graph break splits a model into are counted apart."""
+    from torch._inductor.compile_fx import compile_fx
+
+    seen: dict[str, str] = {}
+
+    def backend(graph: torch.fx.GraphModule, example_inputs):
+        shapes = [tuple(item.shape) for item in example_inputs if isinstance(item, torch.Tensor)]
+        identity = hashlib.sha256(f"{graph.code}{shapes}".encode()).hexdigest()
+        seen.setdefault(identity, f"torch.compile graph {len(seen) + 1}")
+        run.note_trace(seen[identity])
+        return compile_fx(graph, example_inputs)
+    return backend
 
 
 def set_threads(run: Run) -> None:
@@ -173,16 +240,17 @@ def _train_step(policy: TorchPolicy, model, optimizer, loss_function):
 def train_and_evaluate(run: Run, policy: TorchPolicy, model, optimizer, loss_function, data) -> None:
     """Train `model` on `data` with `optimizer` and `loss_function`, then measure its test accuracy."""
     with run.phase("model_build"):  # added to the workload's model_build
-        step = _train_step(policy, model, optimizer, loss_function)
+        step = _train_step(policy, policy.compiled(model), optimizer, loss_function)
     run.set_parameter_count(parameter_count(model))
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer, policy.device)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
     # phrase: eval-mode
     model.eval()  # dropout off (FAIRNESS.md: eval-mode)
+    evaluated = policy.compiled(model)  # compiled again in eval mode: dropout out of the graph
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> torch.Tensor:
-        predictions = model(policy.batch(x)).argmax(dim=1)
+        predictions = evaluated(policy.batch(x)).argmax(dim=1)
         return (predictions == to_device(y, policy.device)).sum()  # summed on the device
 
     with torch.inference_mode(), policy.autocast():
@@ -195,12 +263,13 @@ def parity_steps(run: Run, policy: TorchPolicy, model, optimizer, loss_function,
     """The logits on the canonical weights, and after the parity steps (FAIRNESS.md: parity)."""
     run.set_parameter_count(parameter_count(model))
     model.eval()  # dropout off, for the steps too: dropout is random and frameworks' generators differ
+    compiled = policy.compiled(model)  # parity holds in every mode: the compiled model's outputs are checked
 
     def forward(x: np.ndarray) -> torch.Tensor:
         with torch.no_grad():
-            return model(policy.batch(x))
+            return compiled(policy.batch(x))
 
-    return loop.parity_outputs(forward, _train_step(policy, model, optimizer, loss_function), batch,
+    return loop.parity_outputs(forward, _train_step(policy, compiled, optimizer, loss_function), batch,
                                to_numpy=lambda logits: logits.cpu().numpy())
 
 
@@ -210,8 +279,9 @@ def extract_features(run: Run, policy: TorchPolicy, model, images: np.ndarray) -
     """The warm pass, then the timed forward-only pass, with no gradients (FAIRNESS.md: eval-mode)."""
     run.set_parameter_count(parameter_count(model))
     model.eval()  # batch norm on its running statistics
+    forward = policy.compiled(model)  # compiled in the warm-up pass, before the timed one
     with torch.inference_mode(), policy.autocast():
-        loop.infer(run, images, lambda batch: model(policy.batch(batch)), to_host=to_host)
+        loop.infer(run, images, lambda batch: forward(policy.batch(batch)), to_host=to_host)
     run.record_peak_device_memory(_peak_device_memory_mb(policy.device))
 
 
@@ -226,7 +296,7 @@ def to_host(features: torch.Tensor) -> np.ndarray:
 def parity_features(run: Run, policy: TorchPolicy, model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     with torch.inference_mode():
-        return {"features": to_host(model.eval()(policy.batch(batch["x"])))}
+        return {"features": to_host(policy.compiled(model.eval())(policy.batch(batch["x"])))}
 
 
 # --- what ran -------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ The TensorFlow rows are written with TensorFlow's own low-level API (tf.Module, 
 tf.nn, tf.GradientTape inside tf.function); Keras, which TensorFlow bundles, has its own rows.
 A workload hands this module its tf.Module model, its optimizer (a tf.Module with
 ``apply(gradients, variables)``) and its loss; the step is built here, once.
-The framework option ``xla`` (``--option xla=on``; workloads/common/options.py) compiles every
-step with XLA (tf.function(jit_compile=True)). Every compiled function counts its Python traces
+The cell's mode (workloads/common/modes.py) chooses how each step runs: ``graph`` (the default) a
+tf.function graph of TensorFlow's own kernels, ``compiled`` the same tf.function compiled by XLA
+(jit_compile=True). Every compiled function counts its Python traces
 (``run.note_trace``): each traces once, evaluation included (its last partial batch is padded to
 the batch size, so it keeps the one shape). `Training` and `FeatureExtraction` are TensorFlow's side
 of the scaffold every workload file fills in (workloads/common/scaffold.py).
@@ -18,14 +19,14 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from workloads.common import loop, precision as precision_rules, scaffold
+from workloads.common import loop, modes, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 
 class TensorFlowPolicy(Policy):
     """``device`` is "cpu" or "cuda". ``layout``: the convolution layout of this device (see
-    `layout`). ``xla``: every step compiled with XLA (the cell's option ``xla``). ``fused_rnn``:
+    `layout`). ``xla``: every step compiled with XLA (the cell's mode is ``compiled``). ``fused_rnn``:
     the GRU runs cuDNN's fused kernel (a GPU, and no XLA, which cannot compile that op;
     FAIRNESS.md: fused-rnn). fp32 and tf32 only: the global TF32 switch is set."""
 
@@ -36,13 +37,13 @@ class TensorFlowPolicy(Policy):
         self.fused_rnn = device == "cuda" and not xla
 
     def compile(self, function, **keywords):  # phrase: compile-step
-        """One compiled graph: tf.function, with XLA when the cell's option xla is on."""
+        """One compiled graph: tf.function, with XLA in the compiled mode."""
         return tf.function(function, jit_compile=self.xla, **keywords)
 
 
 def select_device(run: Run) -> TensorFlowPolicy:
     """Pick the device ("cpu" or "cuda"), refuse what it cannot do (before any work), set the global switches."""
-    xla = run.option("xla") == "on"  # read per cell, here: never from the environment, never at import
+    xla = run.mode == modes.COMPILED  # read per cell, here: never from the environment, never at import
     set_threads(run)  # before TensorFlow's runtime starts: its pools take their size then
     gpus = tf.config.list_physical_devices("GPU")
     if run.requested_device == "cuda" and not gpus:
@@ -77,7 +78,8 @@ def select_device(run: Run) -> TensorFlowPolicy:
         cudnn_version=build.get("cudnn_version") if on_gpu else None,
         gpu_name=gpu_name,
         extras={"layout": f"{layout(device)} / TNC",
-                "xla": "on: tf.function(jit_compile=True)" if xla else "off: tf.function graphs, TensorFlow's kernels",
+                "xla": "on: tf.function(jit_compile=True) (mode compiled)" if xla
+                       else "off: tf.function graphs, TensorFlow's kernels (mode graph)",
                 "cudnn_autotune": "true (TensorFlow's default)" if on_gpu else "n/a",
                 "tf32": f"{tf32} (tf.config.experimental.tensor_float_32_execution_enabled)" if on_gpu else "n/a (CPU)",
                 "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")},

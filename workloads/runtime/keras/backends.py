@@ -56,10 +56,10 @@ class _TensorFlow:
         enabled = self.tf.config.experimental.tensor_float_32_execution_enabled()
         return f"{'on' if enabled else 'off'} (tf.config.experimental.tensor_float_32_execution_enabled() = {enabled})"
 
-    def xla(self, option: str) -> tuple[bool, str]:
-        if option == "on":
-            return True, "on: jit_compile=True, every train and predict step one XLA cluster (option xla=on)"
-        return False, "off: jit_compile=False, tf.function graphs without XLA (option xla=off, the default)"
+    def xla(self, compiled: bool) -> tuple[bool, str]:
+        if compiled:
+            return True, "on: jit_compile=True, every train and predict step one XLA cluster (mode compiled)"
+        return False, "off: jit_compile=False, tf.function graphs without XLA (mode graph, the default)"
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         info = self.tf.sysconfig.get_build_info()
@@ -119,8 +119,8 @@ class _Jax:
         precision = self.jax.config.jax_default_matmul_precision
         return f"{'on' if precision == 'tensorfloat32' else 'off'} (jax_default_matmul_precision = {precision})"
 
-    def xla(self, option: str) -> tuple[bool, str]:
-        return True, "always: Keras' JAX backend compiles every train and predict step with jax.jit (XLA); no option"
+    def xla(self, compiled: bool) -> tuple[bool, str]:
+        return True, "always: Keras' JAX backend compiles every train and predict step with jax.jit (XLA); no other mode"
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         try:
@@ -185,7 +185,7 @@ class _Torch:
         except RuntimeError as error:  # e.g. PyTorch refusing a mix of its legacy and new TF32 switches
             return f"unreadable ({error})"
 
-    def xla(self, option: str) -> tuple[bool, str]:
+    def xla(self, compiled: bool) -> tuple[bool, str]:
         return False, ("n/a: jit_compile=False, eager (with the torch backend jit_compile would mean torch.compile, "
                        "which the PyTorch row does not use either; Keras' own 'auto' leaves it off)")
 

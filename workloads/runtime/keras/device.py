@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from workloads.common import precision as precision_rules
+from workloads.common import modes, precision as precision_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 from workloads.runtime.keras.backends import BACKEND, FACTS, selected_device
@@ -26,7 +26,7 @@ class KerasPolicy(Policy):
         super().__init__(device, precision)
         self.data_format = FACTS.data_format(device)
         self.dtype_policy = _POLICIES[precision]
-        self.jit_compile = jit_compile  # compile()'s: XLA on JAX always, on TensorFlow with option xla=on
+        self.jit_compile = jit_compile  # compile()'s: XLA on JAX always, on TensorFlow in the compiled mode
 
 
 def select_device(run: Run) -> KerasPolicy:
@@ -40,9 +40,9 @@ def select_device(run: Run) -> KerasPolicy:
     precision_rules.check("keras", precision, device, FACTS.capability() if device == "cuda" else None)
     FACTS.use(device)
     selected_device[0] = device
-    # XLA: the xla option on TensorFlow (never Keras' "auto", which turns XLA on whenever TensorFlow
+    # XLA: the compiled mode on TensorFlow (never Keras' "auto", which turns XLA on whenever TensorFlow
     # sees a GPU, even for a CPU cell), always on JAX, never on torch: recorded with the reason.
-    jit_compile, xla = FACTS.xla(run.options.get("xla", "off"))
+    jit_compile, xla = FACTS.xla(run.mode == modes.COMPILED)
     policy = KerasPolicy(device, precision, jit_compile)
     if device == "cuda":
         FACTS.set_tf32(precision == "tf32")  # fp32 means true fp32
