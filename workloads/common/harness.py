@@ -77,6 +77,7 @@ class Run:
         if self.mode:
             self.result.provenance.extras["mode"] = "{}: {}".format(self.mode, modes.meaning(cell.framework, self.mode))
         fill_host_facts(self.result.provenance)
+        self.result.provenance.numpy_version = np.__version__
         self.result.provenance.threads_requested = self.threads
 
     # --- the cell's choices -----------------------------------------------------------------------

@@ -28,14 +28,12 @@ _NVIDIA_SMI_TIMEOUT_S = 20
 
 
 def fill_host_facts(provenance) -> None:
-    """What every result records of the host, the interpreter and the machine (fill_machine_facts)."""
+    """What every result records of the host, the interpreter and the machine (fill_machine_facts);
+    the harness adds numpy's version."""
     import platform
     import socket
 
-    import numpy as np
-
     provenance.python_version = platform.python_version()
-    provenance.numpy_version = np.__version__
     provenance.platform = platform.platform()
     provenance.hostname = socket.gethostname()
     provenance.cpu_model = cpu_model()
