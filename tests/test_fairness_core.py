@@ -120,7 +120,7 @@ def test_divergence(first, losses, diverged):
 def _fake_framework(monkeypatch, body):
     import types
 
-    monkeypatch.setattr(workload_main.importlib, "import_module", lambda name: types.SimpleNamespace(run=body))
+    monkeypatch.setattr(workload_main.importlib, "import_module", lambda name: types.SimpleNamespace(run=body, MATCHED=()))
 
 
 def _nan_training(run):
