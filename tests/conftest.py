@@ -205,3 +205,14 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # the longest groups first (xdist hands out groups in this order): each starts on a worker of its own
+    # while the short ones fill in around them, instead of one starting last and running alone
+    items.sort(key=lambda item: LONGEST_GROUPS.index(_group(item)) if _group(item) in LONGEST_GROUPS
+               else len(LONGEST_GROUPS))
+
+
+LONGEST_GROUPS = ("e2e-every-framework", "docker-engine", "e2e-other-pythons")
+
+
+def _group(item) -> str:
+    return item.get_closest_marker("xdist_group").args[0]

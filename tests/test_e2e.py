@@ -196,6 +196,7 @@ def cpu_frameworks() -> list[str]:
             and framework.language == frameworks.PYTHON]
 
 
+@pytest.mark.xdist_group("e2e-every-framework")  # the longest test: a worker of its own (tests/conftest.py)
 def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
     """Every registered framework, each in its own environment: an ok cell per workload it
     implements, and its outputs on the canonical weights within tolerance of PyTorch's."""
@@ -262,6 +263,7 @@ def frameworks_on_other_pythons() -> tuple[list[str], list[str]]:
     return [name for name, python in found if python], [name for name, python in found if not python]
 
 
+@pytest.mark.xdist_group("e2e-other-pythons")  # long, and needs nothing of this module's other tests
 def test_frameworks_on_other_pythons_run_where_the_host_has_that_python(tmp_path):
     """CNTK and Keras 2.2 (Python 3.6) and Caffe2 (3.9), in environments the local backend builds
     from the host's other Pythons (pyenv's here): ok smoke cells and parity with PyTorch. CNTK also
