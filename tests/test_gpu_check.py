@@ -1,5 +1,6 @@
 """benchmarks/gpu_check.py on a machine without a GPU: it runs its CUDA cells through the real
 `run-matrix --backend local --python`, names every cell and says plainly that no CUDA path ran."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,9 @@ def test_without_a_gpu_every_cell_is_named_and_no_cuda_path_ran(tmp_path):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "host GPUs: none found" in out
     for cell in ("pytorch/cu130 cnn fp32", "pytorch/cu130 cnn bf16", "jax/cu129 cnn fp32", "jax/cu129 cnn bf16"):
-        [row] = [line for line in out.splitlines() if line.startswith(cell + " ")]
-        assert "unsupported: no GPU runtime on this host" in row
-    assert "no CUDA path ran: all 4 cell(s) were unsupported (no GPU on this host)" in out
+        rows = [line for line in out.splitlines() if line.startswith(cell + " ")]  # one per mode
+        assert rows and all("unsupported: no GPU runtime on this host" in row for row in rows), rows
+    assert re.search(r"no CUDA path ran: all \d+ cell\(s\) were unsupported \(no GPU on this host\)", out), out
     assert "--backend local --python " + sys.executable in out  # through the harness's own --python
     assert sorted(p.name for p in (tmp_path / "check").iterdir()) == ["jax", "pytorch"]
     required = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--frameworks", "jax",

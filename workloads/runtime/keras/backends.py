@@ -78,8 +78,15 @@ class _TensorFlow:
 
     def set_threads(self, run) -> None:
         """The run's threads through the backend's own switches, read back (FAIRNESS.md: same-threads)."""
-        from workloads.runtime.tensorflow import set_threads
-        set_threads(run)
+        tf, note = self.tf, ""  # as workloads/runtime/tensorflow.py, which the R row's image does not carry
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(run.threads)
+            tf.config.threading.set_inter_op_parallelism_threads(run.threads)
+        except RuntimeError as error:  # the runtime had started in this process
+            note = f"TensorFlow's runtime had started ({error})"
+        run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,  # 0: its default
+                           tf.config.threading.get_inter_op_parallelism_threads() or None,
+                           "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)
 
     def data_format(self, device: str) -> str:
         # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
