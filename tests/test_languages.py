@@ -422,9 +422,13 @@ def test_the_r_row_passes_parity_with_pytorch(tmp_path):
                "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity"), "--timeout", "900"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     table = (tmp_path / "parity" / "parity.md").read_text() if (tmp_path / "parity" / "parity.md").exists() else ""
-    assert completed.returncode == 0, (completed.stderr[-3000:], table)
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "| r-keras |" in line]
-    assert len(rows) == 5 and all("| pass |" in row for row in rows), table  # 2 cnn + 1 resnet50 + 2 gru outputs
+    # exit 1: the reference's compiled GRU is unsupported (workloads/runtime/pytorch.py), the one row not passed
+    assert completed.returncode in (0, 1), (completed.stderr[-3000:], table)
+    rows = [line for line in table.splitlines() if line.startswith("| r-keras (")]
+    # 2 cnn + 1 resnet50 + 2 gru outputs in each of its modes (graph, compiled)
+    assert len(rows) == 10 and all(row.endswith("| pass |") for row in rows), table
+    others = [line for line in table.splitlines() if line.startswith("| pytorch (") and not line.endswith("| pass |")]
+    assert [row.split(" | ")[0] for row in others] == ["| pytorch (compiled)"], table
 
 
 def test_an_environment_of_no_framework_is_refused(tmp_path):
