@@ -68,3 +68,19 @@ def problem(requested: int, intra_op: Optional[int], inter_op: Optional[int], no
     if note:
         problems.append(note)
     return "; ".join(problems)
+
+
+def set_tensorflow_threads(tf, run) -> None:
+    """The run's threads through TensorFlow's own switches, read back (FAIRNESS.md: same-threads), for
+    the TensorFlow row and Keras on TensorFlow alike (`tf`: the imported module; nothing is imported
+    here). They hold only before its runtime starts; TF_NUM_*_THREADS were set before the import too."""
+    note = ""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(run.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(run.threads)
+    except RuntimeError as error:  # the runtime had started in this process
+        note = "TensorFlow's runtime had started ({})".format(error)
+    # 0 means "TensorFlow's default": not a count it reports
+    run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,
+                       tf.config.threading.get_inter_op_parallelism_threads() or None,
+                       "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)

@@ -19,7 +19,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from workloads.common import loop, modes, precision as precision_rules, scaffold
+from workloads.common import loop, modes, precision as precision_rules, scaffold, threads as thread_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
@@ -88,19 +88,8 @@ def select_device(run: Run) -> TensorFlowPolicy:
 
 
 def set_threads(run: Run) -> None:
-    """The run's threads through TensorFlow's own switches, read back (FAIRNESS.md: same-threads);
-    they hold only before its runtime starts (here: before any op; TF_NUM_*_THREADS were set before
-    the import too). Keras on TensorFlow sets them here too."""
-    note = ""
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(run.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(run.threads)
-    except RuntimeError as error:  # the runtime had started in this process
-        note = f"TensorFlow's runtime had started ({error})"
-    # 0 means "TensorFlow's default": not a count it reports
-    run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,
-                       tf.config.threading.get_inter_op_parallelism_threads() or None,
-                       "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)
+    """The run's threads through TensorFlow's own switches (workloads/common/threads.py)."""
+    thread_rules.set_tensorflow_threads(tf, run)
 
 
 def layout(device: str) -> str:

@@ -12,6 +12,7 @@ import sys
 import keras
 
 from workloads.common.harness import no_wait
+from workloads.common import threads as thread_rules
 from workloads.common.threads import JAX_THREADS
 
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
@@ -78,15 +79,7 @@ class _TensorFlow:
 
     def set_threads(self, run) -> None:
         """The run's threads through the backend's own switches, read back (FAIRNESS.md: same-threads)."""
-        tf, note = self.tf, ""  # as workloads/runtime/tensorflow.py, which the R row's image does not carry
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(run.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(run.threads)
-        except RuntimeError as error:  # the runtime had started in this process
-            note = f"TensorFlow's runtime had started ({error})"
-        run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,  # 0: its default
-                           tf.config.threading.get_inter_op_parallelism_threads() or None,
-                           "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)
+        thread_rules.set_tensorflow_threads(self.tf, run)
 
     def data_format(self, device: str) -> str:
         # cuDNN's native NCHW on a GPU (FAIRNESS.md: layouts); TensorFlow's CPU kernels only run NHWC.
