@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from workloads.common import modes  # noqa: E402  (the declared modes: standard library only)
+
+from run_matrix_timing import timed_run_matrix
 
 TARGET_S = 120.0
 
@@ -42,14 +42,8 @@ def matrix_file(folder: pathlib.Path, frameworks: list[str], default_only: bool)
 
 
 def run(matrix: pathlib.Path, folder: pathlib.Path) -> float:
-    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--matrix", str(matrix),
-               "--results-dir", str(folder), "--timeout", "1800"]
-    started = time.perf_counter()
-    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if completed.returncode not in (0, 1):
-        sys.exit(f"run-matrix exited {completed.returncode}: {completed.stderr[-2000:]}")
-    return elapsed
+    return timed_run_matrix("--backend", "local", "--matrix", str(matrix), "--results-dir", str(folder),
+                            "--timeout", "1800")
 
 
 def compiled_cells(folder: pathlib.Path) -> tuple[int, float, list[str]]:

@@ -11,24 +11,17 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
-import time
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from run_matrix_timing import timed_run_matrix
+
 ROUNDS = 1
 
 
 def run(frameworks: str, folder: pathlib.Path, *extra: str) -> float:
-    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", frameworks,
-               "--profile", "smoke", "--data", "synthetic", "--results-dir", str(folder), *extra]
-    started = time.perf_counter()
-    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if completed.returncode not in (0, 1):
-        sys.exit(f"run-matrix exited {completed.returncode}: {completed.stderr[-2000:]}")
-    return elapsed
+    return timed_run_matrix("--backend", "local", "--frameworks", frameworks, "--profile", "smoke", "--data",
+                            "synthetic", "--results-dir", str(folder), *extra)
 
 
 def parity_cell_seconds(folder: pathlib.Path) -> float:
