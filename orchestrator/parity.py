@@ -173,8 +173,18 @@ def write_files(comparisons: list[Comparison], folder: Path) -> None:
         safe_files.write_text_atomic(Path(folder) / name, text)
 
 
+# neither passed nor failed: no reference to compare with, or a cell its framework cannot run (a
+# recorded status, docs/RUN-GUARANTEES.md), such as the reference's compiled GRU
+NOT_JUDGED = (NOT_CHECKED, "unsupported")
+
+
+def failures(comparisons: list[Comparison]) -> list[Comparison]:
+    """The comparisons that failed: outputs out of tolerance, or a cell that failed or timed out."""
+    return [item for item in comparisons if not item.passed and item.status not in NOT_JUDGED]
+
+
 def counts(comparisons: list[Comparison]) -> str:
     """"4 passed, 1 failed, 2 not checked": the run's one line."""
-    passed = sum(item.status == PASS for item in comparisons)
-    not_checked = sum(item.status in (NOT_CHECKED, "unsupported") for item in comparisons)
-    return f"{passed} passed, {len(comparisons) - passed - not_checked} failed, {not_checked} not checked"
+    passed = sum(item.passed for item in comparisons)
+    failed = len(failures(comparisons))
+    return f"{passed} passed, {failed} failed, {len(comparisons) - passed - failed} not checked"

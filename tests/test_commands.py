@@ -263,3 +263,17 @@ def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_
     names = [row["framework"] for row in json.loads((tmp_path / "p" / "parity.json").read_text())]
     assert names == ["pytorch (eager)", "jax (compiled)", "paddle (eager, channels_last=on)", "pytorch (compiled)",
                      "pytorch (compiled, channels_last=on)", "pytorch (eager, channels_last=on)"]
+
+
+def test_an_unsupported_parity_cell_is_not_checked_and_fails_nothing():
+    """The `parity` command's exit status follows its counts: an unsupported cell (the reference's
+    compiled GRU) is "not checked", so it neither passes nor fails the check."""
+    from orchestrator.parity import FAIL, PASS, Comparison, counts, failures
+
+    def comparison(status):
+        return Comparison("gru", "pytorch", status, 1, 1, {})
+
+    passed, unsupported, failed = comparison(PASS), comparison("unsupported"), comparison(FAIL)
+    assert failures([passed, unsupported]) == [] and counts([passed, unsupported]) == "1 passed, 0 failed, 1 not checked"
+    assert failures([passed, unsupported, failed]) == [failed]
+    assert failures([comparison("timeout")]) and counts([comparison("failed")]) == "0 passed, 1 failed, 0 not checked"

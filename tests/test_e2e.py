@@ -198,27 +198,59 @@ def cpu_frameworks() -> list[str]:
 
 @pytest.mark.xdist_group("e2e-every-framework")  # the longest test: a worker of its own (tests/conftest.py)
 def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
-    """Every registered framework, each in its own environment: an ok cell per workload it
-    implements, and its outputs on the canonical weights within tolerance of PyTorch's."""
+    """Every registered framework, each in its own environment and its default mode: an ok cell per
+    workload it implements, and its outputs on the canonical weights within tolerance of PyTorch's
+    (each framework's other modes: the next test)."""
     from orchestrator import frameworks
 
     names = cpu_frameworks()
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
-               "--frameworks", ",".join(names), "--profile", "smoke", "--data", "synthetic", "--no-report",
-               "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
-    results = [Result.read(p) for p in (tmp_path / "smoke" / "cells").glob("*.json")]
-    not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"
-              and not (r.status == "unsupported" and r.cell.key.startswith("pytorch__cpu__gru__fp32__compiled__"))}
-    assert completed.returncode == 0 and not not_ok, (completed.stderr[-3000:], not_ok)
+               "--frameworks", ",".join(names), "--modes", "default", "--profile", "smoke", "--data", "synthetic",
+               "--no-report", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "smoke"),
+               "--timeout", "1200"]
+    results = run_and_read(command, tmp_path / "smoke")
     known = frameworks.discover()
-    # ONNX Runtime: resnet50 only; each framework in every mode it declares
-    assert len(results) == sum(len(known[name].workloads) * len(modes.declared(name)) for name in names)
-    results = [r for r in results if r.status == "ok"]  # PyTorch's compiled GRU: unsupported, saying why
+    assert len(results) == sum(len(known[name].workloads) for name in names)  # ONNX Runtime: resnet50 only
+    assert {(r.cell.framework, r.cell.mode) for r in results} == {(name, modes.default(name)) for name in names}
     for result in results:
         assert result.metrics.parameter_count == hyperparams.settings(result.cell.workload, "smoke").parameter_count
     check_the_same_start_and_fast_paths(results)
     assert_parity_passed(tmp_path / "smoke", names)
+
+
+def second_modes() -> dict[str, list[str]]:
+    """Each Python framework's modes other than its default, PyTorch's aside (its compiled rows are
+    test_the_compiled_rows_ran_torch_compile_...'s, above)."""
+    return {name: list(modes.declared(name))[1:] for name in cpu_frameworks()
+            if len(modes.declared(name)) > 1 and name != "pytorch"}
+
+
+@pytest.mark.xdist_group("e2e-second-modes")
+def test_every_frameworks_other_modes_run_the_smoke_matrix_and_pass_parity(tmp_path):
+    """docs/FAIRNESS.md, modes-compared: each framework's modes beyond its default (XLA for
+    TensorFlow and Keras on TensorFlow) run here on the CPU, traced once, and pass parity."""
+    chosen = second_modes()
+    assert chosen, "no Python framework declares a second mode"
+    tables = "".join(f'[frameworks.{name}]\nvariants = ["cpu"]\nmodes = {json.dumps(more)}\n'
+                     for name, more in chosen.items())
+    (tmp_path / "matrix.toml").write_text(f'[defaults]\nprofile = "smoke"\ndata = "synthetic"\n{tables}')
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--matrix",
+               str(tmp_path / "matrix.toml"), "--no-report", "--data-dir", str(tmp_path / "data"),
+               "--results-dir", str(tmp_path / "smoke"), "--timeout", "1200"]
+    results = run_and_read(command, tmp_path / "smoke")
+    assert sorted({(r.cell.framework, r.cell.mode) for r in results}) == sorted(
+        (name, mode) for name, more in chosen.items() for mode in more)
+    check_the_same_start_and_fast_paths(results)
+    assert_parity_passed(tmp_path / "smoke", list(chosen))
+
+
+def run_and_read(command: list[str], results_dir: Path) -> list[Result]:
+    """Run a run-matrix command line and read its cells' results, every one of them ok."""
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=5400)
+    results = [Result.read(p) for p in (results_dir / "cells").glob("*.json")]
+    not_ok = {r.cell.key: (r.status, r.reason, (r.stderr_tail or "")[-800:]) for r in results if r.status != "ok"}
+    assert completed.returncode == 0 and results and not not_ok, (completed.stderr[-3000:], not_ok)
+    return results
 
 
 def assert_parity_passed(results_dir, names):

@@ -235,7 +235,7 @@ def test_a_mode_a_framework_does_not_declare_is_unsupported_with_a_reason():
     reason = modes.unsupported("chainer", "compiled")
     assert reason.startswith("chainer has no compiled mode: its rows run eager (") and "no graph mode" in reason
     assert "jax has no eager mode" in modes.unsupported("jax", "eager")
-    with pytest.raises(modes.ModeError, match="unknown mode 'jit'; choose from eager, graph, compiled"):
+    with pytest.raises(modes.ModeError, match="unknown mode 'jit'; choose from eager, graph, compiled$"):
         modes.unsupported("jax", "jit")
 
 
@@ -257,7 +257,22 @@ def test_modes_from_the_command_line_go_to_every_framework_and_the_file_may_narr
     assert [(c.framework, c.mode) for c in parsed.cells(REGISTRY)] == [("pytorch", "compiled"), ("chainer", "compiled")]
     narrowed = matrix.parse(GOOD.replace('variants = ["cpu"]', 'variants = ["cpu"]\nmodes = ["compiled"]'), REGISTRY)
     assert {c.mode for c in narrowed.cells(REGISTRY)} == {"compiled"}
-    with pytest.raises(UserError, match=r"m.toml \[defaults\]: unknown mode 'jit'; choose from eager, graph, compiled"):
+    with pytest.raises(UserError, match=r"m.toml \[defaults\]: unknown mode 'jit'; choose from eager, graph, compiled, default"):
         matrix.parse("[defaults]\nmodes = ['jit']\n[frameworks.pytorch]\n", REGISTRY, source="m.toml")
     with pytest.raises(UserError, match="command line: unknown mode 'xla'"):
         matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, modes=["xla"])
+
+
+def test_the_default_keyword_runs_each_frameworks_own_default_mode_once():
+    names = ["pytorch", "tensorflow", "jax", "mindspore"]
+    quick = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=names, modes=["default"], workloads=["cnn"],
+                          precisions=["fp32"], repeat=1)
+    assert [(c.framework, c.mode) for c in quick.cells(REGISTRY)] == [
+        ("pytorch", "eager"), ("tensorflow", "graph"), ("jax", "compiled"), ("mindspore", "graph")]
+    both = matrix.narrow(matrix.parse(GOOD, REGISTRY), REGISTRY, names=names, modes=["default", "compiled"],
+                         workloads=["cnn"], precisions=["fp32"], repeat=1)
+    assert [(c.framework, c.mode) for c in both.cells(REGISTRY)] == [  # JAX's default is its compiled mode: once
+        ("pytorch", "eager"), ("pytorch", "compiled"), ("tensorflow", "graph"), ("tensorflow", "compiled"),
+        ("jax", "compiled"), ("mindspore", "graph"), ("mindspore", "compiled")]
+    in_the_file = matrix.parse(GOOD.replace('variants = ["cpu"]', 'variants = ["cpu"]\nmodes = ["default"]'), REGISTRY)
+    assert {c.mode for c in in_the_file.cells(REGISTRY)} == {"eager"}

@@ -102,7 +102,7 @@ def test_pytorch_and_onnxruntime_report_the_threads_run_matrix_asked_for(tmp_pat
     asked = 3
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks",
                "pytorch,onnxruntime", "--variants", "cpu", "--workloads", "resnet50", "--profile", "smoke",
-               "--data", "synthetic", "--threads", str(asked), "--no-parity", "--results-dir", str(tmp_path / "run"),
+               "--data", "synthetic", "--modes", "default", "--threads", str(asked), "--no-parity", "--results-dir", str(tmp_path / "run"),
                "--timeout", "900"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert completed.returncode == 0, completed.stderr[-3000:]

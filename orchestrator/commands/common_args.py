@@ -81,9 +81,9 @@ def add_cell_options(parser: argparse.ArgumentParser) -> None:
                         "VALUE may be comma-separated (one cell per value, e.g. channels_last=off,on); options: "
                         f"{', '.join(options.every_name())} (see `list`)")
     parser.add_argument("--modes", type=comma_list,
-                        help=f"comma-separated execution modes every selected framework runs ({','.join(modes.KINDS)}; "
-                        "default: each framework's own, its default and its compiled one; a mode a framework lacks "
-                        "is an unsupported cell; see `list`)")
+                        help=f"comma-separated execution modes every selected framework runs ({','.join(modes.CHOICES)}; "
+                        f"{modes.DEFAULT}: each framework's default mode; unset: each framework's own, its default "
+                        "and its compiled one; a mode a framework lacks is an unsupported cell; see `list`)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, data_dir_help: str) -> None:

@@ -70,7 +70,9 @@ class Matrix:
     def modes_of(self, entry: FrameworkEntry) -> list[str]:
         """The modes `entry`'s cells run: its own list, else the matrix's, else every mode it declares."""
         chosen = entry.modes if entry.modes is not None else self.modes
-        return list(chosen) if chosen is not None else list(framework_modes.declared(entry.name)) or [""]
+        if chosen is None:
+            return list(framework_modes.declared(entry.name)) or [""]
+        return framework_modes.chosen(entry.name, chosen)
 
     def cells(self, frameworks: dict[str, Framework]) -> list[Cell]:
         """Repeat-major, then workload, precision, framework, variant, mode and option set: every
@@ -214,7 +216,7 @@ def narrow(matrix: Matrix, frameworks: dict[str, Framework], *, names: list[str]
     if precisions:
         matrix.precisions = check_names(precisions, PRECISIONS, "precisions", where)
     if modes:  # every selected framework, in every mode named: one it lacks is an unsupported cell
-        matrix.modes = check_names(modes, framework_modes.KINDS, "modes", where)
+        matrix.modes = check_names(modes, framework_modes.CHOICES, "modes", where)
         for entry in matrix.frameworks:
             entry.modes = None
     if profile:

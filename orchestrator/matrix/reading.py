@@ -50,7 +50,7 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
     matrix.workloads = check_names(defaults.get("workloads", matrix.workloads), WORKLOADS, "workloads", where)
     matrix.precisions = check_names(defaults.get("precisions", matrix.precisions), PRECISIONS, "precisions", where)
     if "modes" in defaults:  # unset: every mode each framework declares (workloads/common/modes.py)
-        matrix.modes = check_names(defaults["modes"], framework_modes.KINDS, "modes", where)
+        matrix.modes = check_names(defaults["modes"], framework_modes.CHOICES, "modes", where)
     tables = expect(document.get("frameworks", {}), dict, "tables ([frameworks.<name>])", source, "frameworks")
     if not tables:
         raise UserError(f"{source}: no [frameworks.<name>] table; choose from {', '.join(frameworks)}")
@@ -68,7 +68,7 @@ def parse(text: str, frameworks: dict[str, Framework], source: str = "matrix.tom
         if "precisions" in table:
             entry.precisions = check_names(table["precisions"], PRECISIONS, "precisions", where)
         if "modes" in table:
-            entry.modes = check_names(table["modes"], framework_modes.KINDS, "modes", where)
+            entry.modes = check_names(table["modes"], framework_modes.CHOICES, "modes", where)
         if "options" in table:
             entry.options = check_options(table["options"], name, where)
         if "accelerator_types" in table:

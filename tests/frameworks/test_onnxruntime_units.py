@@ -246,7 +246,7 @@ def test_export_then_smoke_cell_then_parity_in_the_real_environments(tmp_path):
     assert "not applicable: ONNX Runtime is an inference engine" in (tmp_path / "smoke" / "report.md").read_text()
 
     command = [sys.executable, "-m", "orchestrator", "parity", "--backend", "local", "--frameworks",
-               "pytorch,onnxruntime", "--workloads", "resnet50", "--data-dir", str(data),
+               "pytorch,onnxruntime", "--workloads", "resnet50", "--modes", "default", "--data-dir", str(data),
                "--results-dir", str(tmp_path / "parity"), "--timeout", "900"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert completed.returncode == 0, completed.stderr[-3000:]

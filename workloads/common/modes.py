@@ -20,6 +20,11 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 EAGER, GRAPH, COMPILED = "eager", "graph", "compiled"
 KINDS = (EAGER, GRAPH, COMPILED)  # from least to most compiled: the report lists a framework's modes in this order
+# What --modes and matrix.toml's ``modes`` accept: the kinds, and "default" for each framework's own
+# default mode (its first), so that one run can ask every framework for the mode it runs unasked
+# (a quick run, a check that is not about modes) without an unsupported cell for any of them.
+DEFAULT = "default"
+CHOICES = KINDS + (DEFAULT,)
 
 
 class Mode(NamedTuple):
@@ -78,6 +83,17 @@ def default(framework: str) -> str:
     """The mode a cell of ``framework`` runs when none is asked for ("" for an unknown framework)."""
     modes = MODES.get(framework, ())
     return modes[0].name if modes else ""
+
+
+def chosen(framework: str, names) -> "list[str]":
+    """The modes ``framework``'s cells run when ``names`` (each one of CHOICES) are asked for:
+    "default" becomes its default mode, and a mode named twice that way runs once."""
+    picked = []  # type: list
+    for name in names:
+        mode = default(framework) if name == DEFAULT else name
+        if mode not in picked:
+            picked.append(mode)
+    return picked
 
 
 def resolve(framework: str, mode: str) -> str:
