@@ -62,6 +62,14 @@ def test_a_base_without_python_gets_the_distributions():
     assert "python3-venv" not in dockerfiles.render(REGISTRY["pytorch"])  # every base is an official python: image
 
 
+def test_pytorchs_image_has_the_compiler_and_headers_its_compiled_mode_builds_kernels_with():
+    """g++ always; python3-dev only where the base's Python has no Python.h (the local Debian base)."""
+    text = dockerfiles.render(REGISTRY["pytorch"])
+    assert "--no-install-recommends \\\n        g++ &&" in text
+    assert "|| packages=\"$packages python3-dev\"" in text and "Python.h" in text
+    assert "python3-dev" not in dockerfiles.render(REGISTRY["mxnet"])
+
+
 def test_build_constraints_reach_pip_through_the_context():
     chainer = REGISTRY["chainer"]
     text = dockerfiles.render(chainer)
@@ -111,6 +119,8 @@ def test_a_framework_template_replaces_only_the_blocks_it_names(tmp_path):
 def test_image_table_is_checked(tmp_path):
     with pytest.raises(UserError, match=r"unknown keys system_packages"):
         dockerfiles.render(framework_in(tmp_path / "a", image={"system_packages": ["libgomp1"]}))
+    with pytest.raises(UserError, match="python_headers must be true or false"):
+        dockerfiles.render(framework_in(tmp_path / "c", image={"python_headers": "yes"}))
     with pytest.raises(UserError, match="keep names numpy"):
         dockerfiles.render(framework_in(tmp_path / "b", image={"keep": ["numpy"]}))
     with pytest.raises(UserError, match="already sets"):

@@ -145,17 +145,22 @@ def pytorch_image(docker_client):
     return docker_client.images.get(images.image_tag(PYTORCH, PYTORCH.variants["cpu"]))
 
 
-def test_image_is_labelled_non_root_and_without_compilers(docker_client, pytorch_image):
+def test_image_is_labelled_non_root_with_only_the_compiler_torch_compile_needs(docker_client, pytorch_image):
+    """Non-root, the build stage's files gone; the one build tool kept is g++ with Python's headers,
+    which torch.compile's inductor builds its CPU kernels with (images/pytorch/metadata.toml)."""
     labels = pytorch_image.labels
     assert labels["io.rosetta-bench.framework"] == "pytorch" and labels["io.rosetta-bench.framework-version"] == "2.13.0"
     assert labels["io.rosetta-bench.requirements-sha256"] == images.requirements_hash(PYTORCH, PYTORCH.variants["cpu"])
     assert labels["org.opencontainers.image.revision"] not in ("", None)
     assert pytorch_image.attrs["Config"]["User"] == "10001:10001"
     listing = docker_client.containers.run(pytorch_image.id, entrypoint=["sh", "-c"], remove=True, network_mode="none",
-                                           command=["id -u; ls /build 2>&1; command -v gcc cc || echo no-compiler; "
+                                           command=["id -u; ls /build 2>&1; command -v g++ || echo no-compiler; "
+                                                    "python -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"])' "
+                                                    "| xargs -I{} ls {}/Python.h; "
                                                     "python -c 'import torch; print(torch.__version__)'"])
     lines = listing.decode().split()
-    assert lines[0] == "10001" and "no-compiler" in lines and "2.13.0+cpu" in lines[-1]
+    assert lines[0] == "10001" and "/usr/bin/g++" in lines and "2.13.0+cpu" in lines[-1]
+    assert any(line.endswith("/Python.h") for line in lines), lines
     assert "No" in listing.decode() or "cannot access" in listing.decode()  # the build stage's files are gone
 
 
@@ -281,8 +286,8 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, published, reg
     lock, entry = published
     before = cell_containers(docker_client)  # an earlier, killed run's may be there: not ours
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "pytorch",
-               "--profile", "smoke", "--data", "synthetic", "--registry", registry, "--pull",
-               "--results-dir", str(tmp_path / "run"), "--timeout", "600"]
+               "--modes", "default", "--profile", "smoke", "--data", "synthetic", "--registry", registry, "--pull",
+               "--results-dir", str(tmp_path / "run"), "--timeout", "600"]  # compiled: the next test
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                                env={**os.environ, image_lock.LOCK_VARIABLE: str(lock)})
     assert completed.returncode == 0, completed.stderr
@@ -297,6 +302,21 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, published, reg
     assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
     assert cell_containers(docker_client) - before == set()
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+def test_the_compiled_mode_runs_in_the_pytorch_image(docker_client, pytorch_image, tmp_path):
+    """docs/FAIRNESS.md, modes-compared: torch.compile's inductor builds its CPU kernels inside the
+    container, with the image's g++, its caches in the cell's own /tmp; each graph compiled once."""
+    command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "docker", "--frameworks", "pytorch",
+               "--variants", "cpu", "--workloads", "cnn", "--modes", "compiled", "--profile", "smoke", "--data",
+               "synthetic", "--base-image", BASE_IMAGE, "--no-parity", "--no-report",
+               "--results-dir", str(tmp_path / "run"), "--timeout", "900"]
+    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    [result] = [Result.read(p) for p in (tmp_path / "run" / "cells").glob("*.json")]
+    assert completed.returncode == 0 and result.status == "ok", (result.reason, (result.stderr_tail or "")[-2000:])
+    assert result.provenance.image_id == pytorch_image.id and result.cell.mode == "compiled"
+    assert result.provenance.extras["compiler"].startswith("inductor: C++/OpenMP kernels built by /usr/bin/g++")
+    assert result.samples.traces and all(count == 1 for count in result.samples.traces.values())
 
 
 def test_compose_config_validates():

@@ -16,6 +16,9 @@ What the template reads (images/<fw>/metadata.toml unless said otherwise):
                                                        (pip, setuptools and wheel are removed otherwise)
       packages = ["r-base-core"]                       apt packages the image always installs (a
                                                        language's runtime: R and reticulate)
+      python_headers = true                            Python's C headers (python3-dev), installed
+                                                       when the base lacks Python.h (torch.compile's
+                                                       inductor builds its CPU kernels against them)
 - the `[language]` table (orchestrator/frameworks.py): its command is the image's ENTRYPOINT, with
   `{python}` the environment's python and `{workloads}` /opt/rosetta/workloads.
 An image that truly differs keeps images/<fw>/Dockerfile.j2, which extends the template and replaces
@@ -39,7 +42,8 @@ BUILD_TOOLS = ("pip", "setuptools", "wheel")  # removed from the environment onc
 # The uv release an image's build installs its requirements with (then removes): pinned, as every
 # image pin is. The images whose Python uv's wheel cannot serve (CNTK's 3.6) keep pip (their own blocks).
 UV_VERSION = "0.13.9"
-IMAGE_KEYS = {"env", "system_libraries", "keep", "packages"}
+IMAGE_KEYS = {"env", "system_libraries", "keep", "packages", "python_headers"}
+HEADERS_PACKAGE = "python3-dev"  # Debian's package of the distribution Python's C headers (Python.h)
 IMAGE_PYTHON = "python"  # the environment's interpreter in the image: /opt/venv/bin comes first on PATH
 IMAGE_WORKLOADS = "/opt/rosetta/workloads"  # where the template copies the workloads package
 CONSTRAINTS_FILE = "build/build-constraints.txt"  # where the build context carries build_constraints
@@ -96,6 +100,7 @@ def template_values(framework: Framework) -> dict:
     for variant in framework.variants.values():
         bases.setdefault(variant_base(variant), []).append(variant.name)
     python_from_apt = any(not base.startswith("python:") for base in bases)
+    headers = declared.get("python_headers", False)
     return {
         "name": framework.name,
         "display_name": framework.display_name,
@@ -108,7 +113,9 @@ def template_values(framework: Framework) -> dict:
         "kept_tools": [tool for tool in BUILD_TOOLS if tool in keep],
         "system_libraries": [{"package": package, "library": library, "pattern": library.replace(".", r"\.")}
                              for package, library in libraries.items()],
-        "runtime_packages": ["python3"] * python_from_apt + list(libraries),
+        "runtime_packages": ["python3"] * python_from_apt + list(libraries) + [HEADERS_PACKAGE] * headers,
+        "python_headers": headers,
+        "headers_package": HEADERS_PACKAGE,
         "packages": list(declared.get("packages", ())),
         "env": env,
         # JSON is the exec form's syntax: ["python", "-m", "workloads"] for every Python framework
@@ -126,6 +133,8 @@ def image_table(framework: Framework) -> dict:
     for key in ("env", "system_libraries"):
         if not isinstance(declared.get(key, {}), dict):
             raise UserError(f"{where} {key} must be a table, e.g. {key} = {{ NAME = \"value\" }}")
+    if not isinstance(declared.get("python_headers", False), bool):
+        raise UserError(f"{where} python_headers must be true or false")
     packages = declared.get("packages", [])
     if not (isinstance(packages, list) and all(isinstance(package, str) and package for package in packages)):
         raise UserError(f"{where} packages must be a list of apt package names, e.g. packages = [\"r-base-core\"]")

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import sysconfig
 import tempfile
 
 import numpy as np
@@ -151,6 +152,10 @@ def _compile_caches(device: torch.device) -> str:
     found = shutil.which(cxx)
     if found is None:
         raise Unsupported(f"torch.compile on the CPU needs a C++ compiler: {cxx} is not on PATH here")
+    headers = sysconfig.get_paths()["include"]  # each CPU kernel is built as a Python extension
+    if not os.path.isfile(os.path.join(headers, "Python.h")):
+        raise Unsupported(f"torch.compile on the CPU needs Python's C headers: no Python.h in {headers} "
+                          "(Debian: python3-dev)")
     return f"inductor: C++/OpenMP kernels built by {found}; {caches}"
 
 
