@@ -75,17 +75,18 @@ def test_inference_times_each_batch_synchronised_and_ranks_the_median():
     run = smoke_run("resnet50")
     sync = CountingSync()
     run.declare_sync(sync, "a counter")
-    images = np.zeros((96, 1), np.float32)
-    assert [len(b) for b in run.warmup_batches(images)] == [32, 32]  # a few warm batches, not one
-    assert [len(b) for b in run.timed_batches(images)] == [32, 32, 32]
+    size = run.settings.batch_size
+    images = np.zeros((3 * size, 1), np.float32)
+    assert [len(b) for b in run.warmup_batches(images)] == [size, size]  # a few warm batches, not one
+    assert [len(b) for b in run.timed_batches(images)] == [size, size, size]
     assert sync.calls == 6  # before and after each timed batch
     run.result.samples.batch_times_s = [0.1, 0.2, 5.0]  # one stray slow batch does not move the median
     metrics = run.finish().metrics
-    assert metrics.seconds_per_1000_images == pytest.approx(0.2 / 32 * 1000)
-    assert metrics.images_per_s == pytest.approx(32 / 0.2)
+    assert metrics.seconds_per_1000_images == pytest.approx(0.2 / size * 1000)
+    assert metrics.images_per_s == pytest.approx(size / 0.2)
     forward = flops.per_sample(declaration.get("resnet50")).forward  # inference: the forward pass only
     assert metrics.flops_per_sample == forward
-    assert metrics.achieved_flops_per_s == pytest.approx(32 / 0.2 * forward)
+    assert metrics.achieved_flops_per_s == pytest.approx(size / 0.2 * forward)
 
 
 def test_no_flops_without_the_rate_they_multiply():

@@ -190,11 +190,11 @@ def test_resnet50_features_are_fetched_inside_every_timed_batch(modules, monkeyp
     calls = []
     fake = types.SimpleNamespace(FeedBlob=lambda name, array, device_option=None: calls.append("feed"),
                                  RunNet=lambda net: calls.append("run"),
-                                 FetchBlob=lambda name: calls.append("fetch " + name) or np.zeros((32, 2048)))
+                                 FetchBlob=lambda name: calls.append("fetch " + name) or np.zeros((8, 2048)))
     monkeypatch.setattr(runtime, "workspace", fake)
     run = smoke_run("resnet50")
     s = run.settings
-    assert s.batch_size == 32
+    assert s.batch_size == 8  # the smoke profile's
     model = types.SimpleNamespace(params=[], net="resnet50_features")
     images = np.zeros((s.batch_size * max(s.batches, s.warmup_batches), *s.image_shape), np.float32)
     runtime.extract_features(run, runtime.Caffe2Policy("d", "fp32", "cpu"), model, images)

@@ -34,7 +34,7 @@ const MATCHED = [
 
 const SETTINGS = Dict{String,Any}("image_shape" => [3, 224, 224], "feature_size" => 2048, "batch_size" => 32,
                                   "batches" => 40, "warmup_batches" => 5, "parameter_count" => 23_508_032)
-const SMOKE = Dict{String,Any}("batches" => 3, "warmup_batches" => 2)
+const SMOKE = Dict{String,Any}("batches" => 3, "warmup_batches" => 2, "batch_size" => 8)
 const SEED = 0  # workloads/common/hyperparams.py
 const BN_EPSILON = 1e-5
 const STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (width, blocks, first stride)
