@@ -167,7 +167,7 @@ def test_ops_adam_with_rescaled_epsilon_is_pytorchs_and_with_plain_epsilon_is_no
     assert not np.allclose(ops_form[:3], torch_form[:3], rtol=1e-3)  # tiny gradients: epsilon dominates
     source = (ROOT / "workloads" / "gru" / "mindspore.py").read_text()
     assert "runtime.Adam(" in source and "nn.Adam(" not in source
-    runtime_source = (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
+    runtime_source = (ROOT / "workloads" / "runtime" / "mindspore" / "__init__.py").read_text()
     assert "epsilon = self.eps * ops.sqrt(1.0 - beta2_power)" in runtime_source
 
 
@@ -201,8 +201,8 @@ def test_workload_files_keep_the_common_sections_and_a_matched_list():
 
 def test_the_runtime_sets_onednn_from_the_option_not_with_setdefault():
     """An inherited ONEDNN_MAX_CPU_ISA must not win over the option (it did with os.environ.setdefault)."""
-    assert "setdefault" not in (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
-    source = (ROOT / "workloads" / "runtime" / "mindspore_onednn.py").read_text()
+    assert "setdefault" not in (ROOT / "workloads" / "runtime" / "mindspore" / "__init__.py").read_text()
+    source = (ROOT / "workloads" / "runtime" / "mindspore" / "onednn.py").read_text()
     assert "setdefault" not in source
     assert 'os.environ["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[chosen]' in source
     assert 'ONEDNN_ISA = {"avx2": "AVX2", "all": "ALL"}' in source

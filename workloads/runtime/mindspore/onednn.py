@@ -7,7 +7,7 @@ im2col + GEMM kernel it picks when its instruction set is capped at AVX2 (about 
 cores; 1x1 convolutions and matmuls run as fast either way). So the framework option
 `onednn_max_cpu_isa` (workloads/common/options.py: avx2, the default, or all) sets oneDNN's own
 switch ONEDNN_MAX_CPU_ISA, overriding any inherited value, before the first oneDNN primitive
-exists (MindSpore's runtime calls `set_onednn_isa` in its select_device); oneDNN's effective
+exists (the package's select_device calls `set_onednn_isa`); oneDNN's effective
 instruction set is then read back from its library and recorded (a cap that did not take effect
 fails the cell). FAIRNESS.md: explicit-options.
 """

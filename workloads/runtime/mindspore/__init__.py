@@ -16,7 +16,7 @@ which MindSpore evaluates while it compiles the graph and never when the graph r
 compiles nothing, so nothing is counted there (FAIRNESS.md: trace-once).
 
 On the CPU, oneDNN's instruction set is capped by the framework option `onednn_max_cpu_isa`
-(runtime/mindspore_onednn.py says why), set in `select_device` before the first oneDNN primitive.
+(onednn.py in this package says why), set in `select_device` before the first oneDNN primitive.
 
 Only fp32 is wired up: MindSpore's mixed precision (`mindspore.amp`) is not set up here, so other
 precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned off; MindSpore
@@ -38,7 +38,7 @@ from mindspore import ops
 from workloads.common import loop, modes, precision as precision_rules, scaffold, threads as thread_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
-from workloads.runtime.mindspore_onednn import set_onednn_isa
+from workloads.runtime.mindspore.onednn import set_onednn_isa
 
 _device: list = ["cpu"]
 _last_output: list = [None]  # what the last dispatched call returned, for run.sync on the CPU
