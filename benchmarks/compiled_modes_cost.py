@@ -1,7 +1,7 @@
 """What the compiled rows add to README command 1: ``python benchmarks/compiled_modes_cost.py [FRAMEWORKS]``.
 
 README command 1 is the smoke run-matrix on synthetic data; the default matrix runs every mode each
-framework declares (workloads/common/modes.py: its default and its compiled one). This runs that
+framework declares (workloads/common/modes.py: its default and any other). This runs that
 smoke matrix on the local backend twice for FRAMEWORKS (default: pytorch; CPU variants only, whose
 environments are built on first use, so run it once before timing): once with each framework's
 default mode only (a matrix file naming it), once with every mode, each into its own temporary

@@ -93,6 +93,7 @@ init = "framework"
 
 [frameworks.mindspore]
 variants = ["cpu"]
+modes = ["graph"]
 options = { onednn_max_cpu_isa = ["avx2", "all"] }
 
 [frameworks.pytorch]
@@ -220,12 +221,16 @@ def test_every_framework_declares_its_modes_in_the_one_table():
     assert set(modes.MODES) == set(REGISTRY)
     for name, declared in modes.MODES.items():
         names = [mode.name for mode in declared]
-        assert 1 <= len(names) <= 2 and len(set(names)) == len(names), name  # its default, and its compiled one
+        assert 1 <= len(names) <= 2 and len(set(names)) == len(names), name  # its default, and one more
         assert set(names) <= set(modes.KINDS) and all(mode.meaning.strip() for mode in declared), name
     assert [m.name for m in modes.MODES["pytorch"]] == ["eager", "compiled"]
     assert [m.name for m in modes.MODES["tensorflow"]] == ["graph", "compiled"]
     assert [m.name for m in modes.MODES["jax"]] == ["compiled"] and [m.name for m in modes.MODES["chainer"]] == ["eager"]
     assert modes.default("tensorflow") == "graph" and modes.resolve("tensorflow", "") == "graph"
+    for name in ("mxnet", "mindspore"):  # a second mode added after the default: old keys and rows unchanged
+        assert [m.name for m in modes.MODES[name]] == ["graph", "eager"] and modes.resolve(name, "") == "graph"
+    assert [m.name for m in modes.MODES["mxnet-module"]] == ["graph"]
+    assert "mxnet-module has no eager mode" in modes.unsupported("mxnet-module", "eager")
 
 
 def test_a_mode_a_framework_does_not_declare_is_unsupported_with_a_reason():
@@ -248,6 +253,10 @@ def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
     assert by_framework["pytorch"] == ["eager", "compiled"] and by_framework["tensorflow"] == ["graph", "compiled"]
     assert by_framework["keras-tf"] == ["graph", "compiled"] and by_framework["chainer"] == ["eager"]
     assert by_framework["jax"] == ["compiled"]
+    # the graph mode stays MXNet's and MindSpore's default (listed first), their eager mode beside it;
+    # MXNet's Module API is graph only
+    assert by_framework["mxnet"] == ["graph", "eager"] and by_framework["mindspore"] == ["graph", "eager"]
+    assert by_framework["mxnet-module"] == ["graph"]
     assert "pytorch__cpu__cnn__fp32__compiled__full__real__r0" in {c.key for c in cells}  # the key names the mode
 
 

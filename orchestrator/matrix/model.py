@@ -56,8 +56,8 @@ class Matrix:
     workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     # Execution modes (workloads/common/modes.py) asked of every framework: one it does not declare
-    # is a recorded "unsupported" cell. None: each framework's own modes (its default and its
-    # compiled one), so that the default matrix has no cell that cannot run.
+    # is a recorded "unsupported" cell. None: each framework's own modes (its default and any other it
+    # declares), so that the default matrix has no cell that cannot run.
     modes: list[str] | None = None
     frameworks: list[FrameworkEntry] = field(default_factory=list)
     source: str = "matrix.toml"

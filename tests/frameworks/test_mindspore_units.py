@@ -3,7 +3,7 @@
 No MindSpore import: what the MindSpore files compute (and what mindspore 2.10.0 computes, as its
 source and operator documentation write it) is restated here in numpy and compared with the
 canonical (PyTorch) computation, so these tests run in the host environment; the parity check
-runs the real thing. The fairness rules (the same start, trace counts, the oneDNN option, the
+runs the real thing. The fairness rules (the same start, trace counts in each mode, the oneDNN option, the
 built-in Adam, the records) are checked in the cached MindSpore environment the local backend built
 (skipped where there is none).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.framework_cells import run_script
+from support.framework_cells import expected_first_loss, run_script
 from support.numpy_reference import assert_pytorchs_momentum, conv_nchw_oihw, gru_step_canonical, same_padding, sigmoid
 from workloads.common import canonical, hyperparams
 
@@ -167,7 +167,7 @@ def test_ops_adam_with_rescaled_epsilon_is_pytorchs_and_with_plain_epsilon_is_no
     assert not np.allclose(ops_form[:3], torch_form[:3], rtol=1e-3)  # tiny gradients: epsilon dominates
     source = (ROOT / "workloads" / "gru" / "mindspore.py").read_text()
     assert "runtime.Adam(" in source and "nn.Adam(" not in source
-    runtime_source = (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
+    runtime_source = (ROOT / "workloads" / "runtime" / "mindspore" / "__init__.py").read_text()
     assert "epsilon = self.eps * ops.sqrt(1.0 - beta2_power)" in runtime_source
 
 
@@ -201,7 +201,8 @@ def test_workload_files_keep_the_common_sections_and_a_matched_list():
 
 def test_the_runtime_sets_onednn_from_the_option_not_with_setdefault():
     """An inherited ONEDNN_MAX_CPU_ISA must not win over the option (it did with os.environ.setdefault)."""
-    source = (ROOT / "workloads" / "runtime" / "mindspore.py").read_text()
+    assert "setdefault" not in (ROOT / "workloads" / "runtime" / "mindspore" / "__init__.py").read_text()
+    source = (ROOT / "workloads" / "runtime" / "mindspore" / "onednn.py").read_text()
     assert "setdefault" not in source
     assert 'os.environ["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[chosen]' in source
     assert 'ONEDNN_ISA = {"avx2": "AVX2", "all": "ALL"}' in source
@@ -217,12 +218,25 @@ def in_mindspore(script: str, **environment) -> tuple:
     return run_script("mindspore", script, environment)
 
 
-def test_twenty_steps_compile_each_step_once_from_the_canonical_start():
-    """The trace-once rule: 2 epochs x 10 training steps and 2 evaluation batches of one shape compile the
-    training step and the evaluation step once each (samples.traces, counted while MindSpore compiles).
-    The cell starts from the canonical weights (run() loads them as parity() does) and records init,
-    the optimizer and oneDNN's instruction set."""
-    found, _ = in_mindspore("""
+# per mode: what mindspore.jit compiles (the functions handed to it), what is counted while compiling,
+# and the execution mode MindSpore reports back
+COMPILED = {"graph": (["step", "correct_in"], {"train_step": 1, "eval_step": 1}, "GRAPH_MODE"),
+            "eager": ([], {}, "PYNATIVE_MODE")}
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_twenty_steps_compile_each_step_once_from_the_canonical_start(mode):
+    """The trace-once rule: in graph mode 2 epochs x 10 training steps and 2 evaluation batches of one
+    shape compile the training step and the evaluation step once each (samples.traces, counted while
+    MindSpore compiles); in PyNative mode (eager) no step is handed to mindspore.jit and nothing is
+    counted. Either way the cell starts from the canonical weights (run() loads them as parity() does:
+    without dropout, the first loss is numpy's on the first batch) and records init, the optimizer,
+    the mode and oneDNN's instruction set."""
+    found, _ = in_mindspore(f"""
+import mindspore as ms
+jitted = []
+real_jit = ms.jit
+ms.jit = lambda function, *arguments, **keywords: jitted.append(function.__name__) or real_jit(function, *arguments, **keywords)
 module = importlib.import_module("workloads.cnn.mindspore")
 loaded = []
 original = module.load_canonical
@@ -230,19 +244,55 @@ def spy(network, params):
     loaded.append(float(np.abs(params["dense1.kernel"]).sum()))
     return original(network, params)
 module.load_canonical = spy
-run = cell_run("cnn", epochs=2, max_train_batches=10, max_eval_batches=2)
+run = cell_run("cnn", mode="{mode}", epochs=2, max_train_batches=10, max_eval_batches=2, dropout_conv=0.0,
+               dropout_dense=0.0)
 module.run(run)
 result = run.finish()
-say({"traces": result.samples.traces, "steps": result.samples.epoch_steps, "status": result.status,
+say({{"traces": result.samples.traces, "steps": result.samples.epoch_steps, "status": result.status,
      "loaded": loaded, "canonical": float(np.abs(canonical.parameters("cnn")["dense1.kernel"]).sum()),
-     "extras": result.provenance.extras})
+     "extras": result.provenance.extras, "jitted": jitted, "first_loss": result.samples.first_loss}})
 """)
+    jitted, traces, execution = COMPILED[mode]
     assert found["status"] == "ok" and found["steps"] == [10, 10]
-    assert found["traces"] == {"train_step": 1, "eval_step": 1}
+    assert found["jitted"] == jitted and found["traces"] == traces
     assert found["loaded"] == [found["canonical"]]
+    no_dropout = {"epochs": 2, "max_train_batches": 10, "max_eval_batches": 2, "dropout_conv": 0.0, "dropout_dense": 0.0}
+    assert found["first_loss"] == pytest.approx(expected_first_loss("cnn", no_dropout), rel=1e-5)
     extras = found["extras"]
     assert extras["init"] == "canonical" and "ApplyMomentum" in extras["optimizer"]
+    assert extras["mode"].startswith(f"{mode}: ") and extras["execution"].startswith(execution + " ")
     assert extras["tf32"] == "n/a (CPU)" and extras["option.onednn_max_cpu_isa"] == "avx2"
+
+
+def test_pynative_mode_hands_mindspore_jit_nothing_and_runs_the_gru_loop_from_python():
+    """Eager is PyNative mode: the policy passes every step through as it is (graph mode wraps it in
+    mindspore.jit), the trace counter counts nothing (a constexpr runs on every PyNative call), ResNet-50's
+    forward is never compiled, and the GRU's kernel record says its cell loop runs from Python."""
+    found, _ = in_mindspore("""
+import mindspore as ms
+from workloads.runtime import mindspore as runtime
+graph_policy = runtime.select_device(cell_run("cnn", mode="graph"))
+def step(x):
+    return x * 2
+graph_wraps = graph_policy.compiled(step) is not step
+run = cell_run("cnn", mode="eager")
+policy = runtime.select_device(run)
+note_trace = runtime.trace_counter(run, policy)
+for _ in range(3):
+    policy.compiled(step)(ms.Tensor(np.ones(2, np.float32))).asnumpy()
+    note_trace("step")
+module = importlib.import_module("workloads.resnet50.mindspore")
+resnet = cell_run("resnet50", mode="eager", batch_size=2, batches=2, warmup_batches=1)
+module.run(resnet)
+result = resnet.finish()
+say({"graph wraps": graph_wraps, "eager passes": policy.compiled(step) is step, "traces": run.result.samples.traces,
+     "context": ms.get_context("mode") == ms.PYNATIVE_MODE, "kernel": runtime.describe_gru_kernel(ms.nn.GRU(4, 3)),
+     "resnet": [result.status, result.samples.traces, result.provenance.extras["execution"]]})
+""")
+    assert found["graph wraps"] and found["eager passes"] and found["context"]
+    assert found["traces"] == {}
+    assert found["resnet"][:2] == ["ok", {}] and found["resnet"][2].startswith("PYNATIVE_MODE ")
+    assert found["kernel"].startswith("python-loop: ") and "run op by op from Python (PyNative)" in found["kernel"]
 
 
 def test_a_new_input_shape_compiles_again_and_the_counter_sees_it():
@@ -254,7 +304,7 @@ import mindspore as ms
 from workloads.runtime import mindspore as runtime
 run = cell_run("cnn", init="framework")
 policy = runtime.select_device(run)
-note_trace = runtime.trace_counter(run)
+note_trace = runtime.trace_counter(run, policy)
 
 @ms.jit
 def double(x):

@@ -6,10 +6,11 @@ are used): each test states, in numpy, what an MXNet operator computes in the la
 files use, and compares it with the canonical computation. The last part runs smoke cells of the
 Gluon (mxnet) and Module (mxnet-module) rows with MXNet's cached CPU environment
 (tests/support/framework_cells.py; skipped where there is none): the same start (--init canonical), one
-graph build over 20 training steps, and what the result records about what ran.
+graph build over 20 training steps (none in the eager mode), and what the result records about what ran.
 """
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 from support import numpy_reference
@@ -20,6 +21,7 @@ from support.framework_cells import (assert_init_framework_keeps_its_initialiser
 from workloads.common import canonical
 from workloads.runtime import mxnet as mxnet_runtime
 
+ROOT = Path(__file__).resolve().parents[2]
 rng = np.random.default_rng(0)
 
 
@@ -173,6 +175,52 @@ def test_cnn_cell_starts_canonical_builds_its_graph_once_and_records_its_fused_s
     # 12 parameters, 4 per call: 3 multi-tensor calls a step, and never the one-parameter operator
     assert counts == {SGD_OPERATORS[0]: 3 * STEPS, SGD_OPERATORS[1]: 0}
     assert math.isfinite(samples["epoch_losses"][-1])  # sane (status ok: the validity gate passed it too)
+
+
+def test_eager_gluon_builds_no_graph_and_runs_what_the_hybridized_rows_run(tmp_path):
+    """The eager mode is imperative Gluon: the same blocks never hybridized, so hybrid_forward runs on
+    NDArrays every step and no graph is built (samples.traces stays empty, FAIRNESS.md: trace-once),
+    from the same canonical start and with the same fused update operator as the graph mode."""
+    result, counts, _ = run_cell(framework_python("mxnet"), "cnn", "mxnet", tmp_path, overrides=CNN_CELL,
+                                 count=SGD_OPERATORS, arguments=["--mode", "eager"])
+    samples, extras = result["samples"], result["provenance"]["extras"]
+    assert result["status"] == "ok" and result["cell"]["mode"] == "eager" and samples["epoch_steps"] == [STEPS]
+    assert samples["traces"] == {}
+    assert extras["mode"].startswith("eager: imperative Gluon (Gluon's default, no hybridize)")
+    assert samples["first_loss"] == pytest.approx(expected_first_loss("cnn", CNN_CELL), rel=1e-5)
+    assert counts == {SGD_OPERATORS[0]: 3 * STEPS, SGD_OPERATORS[1]: 0}
+
+
+def test_the_runtime_hybridizes_in_graph_mode_only_and_the_graph_is_built_once():
+    """The workload files build the blocks; the runtime's policy alone hybridizes them (graph mode,
+    traced once over many calls) or leaves them imperative (eager mode, nothing traced)."""
+    code = """
+import json
+import numpy as np
+from mxnet.gluon import nn
+from workloads.common.harness import Run
+from workloads.common.result import Cell
+from workloads.runtime import mxnet as runtime
+found = {}
+for mode in ("graph", "eager"):
+    run = Run(Cell(framework="mxnet", workload="cnn", profile="smoke", mode=mode), device="cpu")
+    policy = runtime.select_device(run)
+    net = nn.HybridSequential()
+    net.add(nn.Dense(3, in_units=4))
+    net.initialize(ctx=policy.device)
+    net = policy.hybridized(net)
+    runtime.note_traces(run, net)
+    for _ in range(5):
+        net(runtime.to_device(np.ones((2, 4), np.float32), policy)).asnumpy()
+    found[mode] = {"active": net._active, "traces": run.result.samples.traces, "mode": run.result.provenance.extras["mode"]}
+print(json.dumps(found))
+"""
+    found = json.loads(run_snippet(framework_python("mxnet"), code).splitlines()[-1])
+    assert found["graph"]["active"] and found["graph"]["traces"] == {"hybrid_forward": 1}
+    assert not found["eager"]["active"] and found["eager"]["traces"] == {}
+    assert found["graph"]["mode"].startswith("graph: hybridized") and found["eager"]["mode"].startswith("eager: ")
+    for workload in ("cnn", "gru", "resnet50"):  # the mode's decision is the runtime's, not a workload file's
+        assert "hybridize(" not in (ROOT / "workloads" / workload / "mxnet.py").read_text(), workload
 
 
 def test_init_framework_keeps_mxnets_initialisers(tmp_path):

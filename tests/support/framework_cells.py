@@ -116,7 +116,8 @@ def run_snippet(python: str, code: str, env: Optional[Dict[str, str]] = None, ti
 
 
 # Before a script run_script runs: `cell_run(workload, ...)` makes the framework's smoke cell on
-# synthetic data, on the CPU, with settings overridden; `say(value)` hands a JSON value back.
+# synthetic data, on the CPU, in its default mode or ``mode``, with settings overridden; `say(value)`
+# hands a JSON value back.
 _SCRIPT_PRELUDE = """
 import dataclasses, importlib, json
 import numpy as np
@@ -124,9 +125,9 @@ from workloads.common import canonical
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import Cell
 
-def cell_run(workload, init="canonical", options=None, **settings):
-    run = Run(Cell(FRAMEWORK, workload, profile="smoke", data="synthetic", init=init, options=options or {}),
-              device="cpu")
+def cell_run(workload, init="canonical", options=None, mode="", **settings):
+    run = Run(Cell(FRAMEWORK, workload, profile="smoke", data="synthetic", init=init, options=options or {},
+                   mode=mode), device="cpu")
     run.settings = dataclasses.replace(run.settings, **settings)
     return run
 

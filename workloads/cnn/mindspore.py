@@ -1,10 +1,10 @@
-"""VGG-style CNN trained on CIFAR-10, in MindSpore: an nn.Cell, nn.Momentum, one compiled (graph mode) step.
+"""VGG-style CNN trained on CIFAR-10, in MindSpore: an nn.Cell, nn.Momentum, one step (compiled in graph mode).
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with plain momentum,
 settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
 What to notice: a Cell reads like a PyTorch Module (construct = forward), but MindSpore's layer
 defaults differ from PyTorch's (no convolution bias, "same" padding), and the training step is
-written functionally (value_and_grad + optimizer) and compiled by mindspore.jit.
+written functionally (value_and_grad + optimizer), compiled by mindspore.jit in graph mode.
 """
 from mindspore import nn
 from mindspore.common.initializer import XavierUniform
@@ -19,7 +19,7 @@ MATCHED = (
     "(its default has no bias)",
     "Glorot-uniform kernels (XavierUniform) and zero biases set explicitly",
     "nn.Momentum is the plain form v = m*v + g, w -= lr*v (no dampening, no unit gain), as PyTorch; "
-    "its ApplyMomentum op runs per parameter inside the compiled step",
+    "its ApplyMomentum op runs per parameter in each step",
     "loss nn.CrossEntropyLoss (mean over the batch) on int32 labels",
     "nn.Dropout(p=rate): p is the drop probability (MindSpore 1.x took keep_prob)",
 )

@@ -1,8 +1,9 @@
-"""VGG-style CNN trained on CIFAR-10, in MXNet Gluon (hybridized).
+"""VGG-style CNN trained on CIFAR-10, in MXNet Gluon.
 
 conv(50)-conv(50)-pool-conv(100)-conv(100)-pool-dense(512)-dense(10), SGD with momentum,
 settings from workloads/cnn/__init__.py. Softmax is folded into the cross-entropy loss.
-Gluon builds the model imperatively; ``hybridize`` turns it into one cached symbolic graph.
+Gluon builds the model imperatively; in graph mode the runtime hybridizes it into one cached
+symbolic graph, in eager mode it runs as built (workloads/runtime/mxnet.py).
 """
 import mxnet as mx
 from mxnet import gluon
@@ -47,7 +48,6 @@ def vgg_style_cnn(s, dropout=True) -> nn.HybridSequential:
 def build(s, context, dropout=True):
     net = vgg_style_cnn(s, dropout)
     net.initialize(ctx=context)
-    net.hybridize(static_alloc=True, static_shape=True)  # one cached graph, memory planned once  # phrase: compile-step
     return net
 
 

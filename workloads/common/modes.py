@@ -55,9 +55,13 @@ MODES = {
     "keras-jax": (Mode(COMPILED, "Keras on JAX always jit-compiles its steps with XLA"),),
     "paddle": (Mode(EAGER, "dynamic graph (Paddle's default): no paddle.jit.to_static, nothing traced"),),
     "mindspore": (Mode(GRAPH, "GRAPH_MODE with mindspore.jit: every Cell call and step compiled to one static "
-                              "graph on its first call"),),
+                              "graph on its first call"),
+                  Mode(EAGER, "PyNative mode (MindSpore's own default): operator by operator from Python, no "
+                              "mindspore.jit, nothing compiled")),
     "mxnet": (Mode(GRAPH, "hybridized Gluon blocks: one cached symbolic graph per block, built on the first "
-                          "call"),),
+                          "call"),
+              Mode(EAGER, "imperative Gluon (Gluon's default, no hybridize): operator by operator from Python, "
+                          "no graph built")),
     "mxnet-module": (Mode(GRAPH, _GRAPH_ONLY.format("MXNet's Module API (a symbolic graph)")),),
     "chainer": (Mode(EAGER, "define-by-run only: Chainer has no graph mode or compiler"),),
     "cntk": (Mode(GRAPH, _GRAPH_ONLY.format("CNTK")),),

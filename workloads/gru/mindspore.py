@@ -1,9 +1,10 @@
-"""GRU sentiment classifier trained on IMDB, in MindSpore: nn.Embedding, nn.GRU, nn.Dense, ops.Adam, graph mode.
+"""GRU sentiment classifier trained on IMDB, in MindSpore: nn.Embedding, nn.GRU, nn.Dense, ops.Adam.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/gru/__init__.py. On a GPU nn.GRU runs cuDNN's fused GRU (FAIRNESS.md: fused-rnn); on the CPU
 MindSpore has no fused GRU kernel: nn.GRU is a loop over time steps of its GRU cell function,
-which graph mode unrolls into one compiled graph (150 steps, forward and backward).
+which graph mode unrolls into one compiled graph (150 steps, forward and backward) and PyNative
+mode runs from Python.
 """
 from mindspore import nn
 from mindspore.common.initializer import Uniform

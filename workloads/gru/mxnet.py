@@ -1,4 +1,4 @@
-"""GRU sentiment classifier trained on IMDB, in MXNet Gluon (hybridized).
+"""GRU sentiment classifier trained on IMDB, in MXNet Gluon.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
 workloads/gru/__init__.py. gluon.rnn.GRU is MXNet's fused RNN operator (cuDNN's on a GPU,
@@ -45,7 +45,6 @@ class GRUClassifier(nn.HybridBlock):
 def build(s, context):
     model = GRUClassifier(s)
     model.initialize(mx.init.Xavier(), ctx=context)
-    model.hybridize(static_alloc=True, static_shape=True)
     return model
 
 

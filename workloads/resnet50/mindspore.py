@@ -1,4 +1,4 @@
-"""ResNet-50 v1.5 feature extraction (inference), in MindSpore: nn.Cells compiled in graph mode.
+"""ResNet-50 v1.5 feature extraction (inference), in MindSpore: nn.Cells (compiled in graph mode).
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1).

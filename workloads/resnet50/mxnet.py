@@ -1,4 +1,4 @@
-"""ResNet-50 v1.5 feature extraction (inference), in MXNet Gluon (hybridized).
+"""ResNet-50 v1.5 feature extraction (inference), in MXNet Gluon.
 
 The network is cut after the global average pool: one 2048-D feature per 224x224 image.
 v1.5 puts the stride of each downsampling block on the 3x3 convolution (v1 had it on the 1x1; the
@@ -70,7 +70,6 @@ class ResNet50Features(nn.HybridBlock):
 def build(context):
     model = ResNet50Features()
     model.initialize(mx.init.Xavier(), ctx=context)
-    model.hybridize(static_alloc=True, static_shape=True)
     return model
 
 

@@ -3,9 +3,15 @@ the Gluon workloads' loops (the Module API's are in runtime/mxnet_module.py, on 
 What ran is recorded in the result's extras: the update operator ("optimizer"), the RNN kernel
 ("gru_kernel"), TF32 ("tf32"); a hybridized block's graph builds are counted in samples.traces.
 
+The cell's mode (workloads/common/modes.py) is graph (the default) or eager: `policy.hybridized(net)`
+hybridizes the workload's HybridBlock in graph mode (one cached symbolic graph, built on the first
+call, so in the first training step or the warm-up pass: FAIRNESS.md, warm-up-apart) and leaves it
+imperative in eager mode, Gluon's own default (every operator dispatched from Python, nothing traced).
+The workload files build the same blocks for both; only this runtime decides.
+
 MXNet runs every operator asynchronously on its dependency engine: a Python call returns before
 the work is done, so honest timing needs ``mx.nd.waitall`` (``run.sync``) before each clock read.
-A Gluon workload hands its hybridized block, its ``gluon.Trainer`` and its per-sample loss; the
+A Gluon workload hands its HybridBlock, its ``gluon.Trainer`` and its per-sample loss; the
 step (record, backward, ``Trainer.step``) is written once here. MXNet 1.9.1 reports no peak device
 memory of its own, so none is recorded. The numpy-only helpers at the end (the RNN operator's
 packed parameter vector) stay importable without MXNet, for the unit tests. `Training` and
@@ -26,14 +32,25 @@ try:
 except ImportError:  # only the numpy helpers below are usable (tests/frameworks/test_mxnet_units.py)
     mx = None
 
-from workloads.common import loop, precision as precision_rules, scaffold
+from workloads.common import loop, modes, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
 
 
 class MXNetPolicy(Policy):
     """``device`` is the MXNet context (``mx.cpu()`` or ``mx.gpu(0)``) arrays and parameters live on.
-    fp32 only (see select_device)."""
+    fp32 only (see select_device). ``graph``: whether the cell's mode hybridizes the Gluon blocks."""
+
+    def __init__(self, device, precision: str, graph: bool):
+        super().__init__(device, precision)
+        self.graph = graph
+
+    def hybridized(self, net):  # phrase: compile-step
+        """``net`` as the cell's mode runs it: hybridized (graph: one cached graph, its memory planned once
+        for the one input shape) or as it is (eager: imperative Gluon, operator by operator)."""
+        if self.graph:
+            net.hybridize(static_alloc=True, static_shape=True)
+        return net
 
 
 def select_device(run: Run) -> MXNetPolicy:
@@ -69,7 +86,7 @@ def select_device(run: Run) -> MXNetPolicy:
                                         for name in ("CUDA", "CUDNN", "MKLDNN", "OPENMP")),
                 "context": str(context)},
     )
-    return MXNetPolicy(context, precision)
+    return MXNetPolicy(context, precision, graph=run.mode == modes.GRAPH)
 
 
 def tf32_report(on_gpu: bool) -> str:
@@ -235,7 +252,8 @@ def note_traces(run: Run, net) -> None:
     A hybridized block runs its ``hybrid_forward`` on symbols once, on its first call, to build the
     graph its CachedOp runs from then on (forward, and the backward derived from it); calls with
     NDArrays are the imperative path. So the count is the number of graph builds: 1 when nothing
-    retraces (a new input shape is re-planned inside the CachedOp, with no new Python trace).
+    retraces (a new input shape is re-planned inside the CachedOp, with no new Python trace). In eager
+    mode every call takes the imperative path: no graph, nothing counted (FAIRNESS.md: trace-once).
     """
     hybrid_forward = net.hybrid_forward
 
@@ -272,6 +290,7 @@ def to_host(array) -> np.ndarray:
 
 def train_and_evaluate(run: Run, policy: MXNetPolicy, net, trainer, loss_function, data) -> None:
     """Train with `trainer` on the per-sample `loss_function`, then count correct test predictions."""
+    net = policy.hybridized(net)  # the graph itself is built in the first step
     parameters = net.collect_params()
     run.set_parameter_count(parameter_count(parameters))
     run.set_provenance(extras={"optimizer": optimizer_description(
@@ -287,18 +306,21 @@ def train_and_evaluate(run: Run, policy: MXNetPolicy, net, trainer, loss_functio
 def parity_steps(run: Run, policy: MXNetPolicy, net, trainer, loss_function, batch: dict) -> dict:
     """The steps run in train mode: `net` is built without dropout for them (MXNet 1.9.1's CPU backward
     in predict mode, autograd.record(train_mode=False), returns wrong gradients for pooling)."""
+    net = policy.hybridized(net)  # parity holds in every mode: the mode's own execution is checked
     run.set_parameter_count(parameter_count(net.collect_params()))
     return loop.parity_outputs(_logits(policy, net), _train_step(policy, net, trainer, loss_function), batch,
                                to_numpy=to_host)
 
 
 def extract_features(run: Run, policy: MXNetPolicy, net, images: np.ndarray) -> None:
+    net = policy.hybridized(net)  # the graph itself is built in the warm-up pass
     run.set_parameter_count(parameter_count(net.collect_params()))
     note_traces(run, net)
     loop.infer(run, images, _logits(policy, net), to_host=to_host)  # asnumpy: inside every timed batch
 
 
 def parity_features(run: Run, policy: MXNetPolicy, net, batch: dict) -> dict:
+    net = policy.hybridized(net)
     run.set_parameter_count(parameter_count(net.collect_params()))
     return {"features": to_host(_logits(policy, net)(batch["x"]))}
 
@@ -321,7 +343,7 @@ class Training(scaffold.TrainingWithLoss):
 
 
 class FeatureExtraction(scaffold.FeatureExtraction):
-    """A Gluon inference workload: its file gives build_model (hybridized) and load_canonical."""
+    """A Gluon inference workload: its file gives build_model (a HybridBlock) and load_canonical."""
 
     def select_device(self, run: Run) -> MXNetPolicy:
         return select_device(run)

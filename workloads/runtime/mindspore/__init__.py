@@ -1,25 +1,22 @@
-"""MindSpore's runtime for the three MindSpore workloads: the device policy, the compiled step and the loops.
+"""MindSpore's runtime for the three MindSpore workloads: the device policy, the steps and the loops.
 
 MindSpore runs a Python function two ways: op by op (PyNative mode, its default) or compiled into
-one static graph (graph mode, `mindspore.jit`). The workloads run in graph mode: every Cell call
-and the training step are compiled on their first call, which lands in the harness's first step
-(or warm pass). Device work may still be pending when a call returns, so `run.sync` waits:
-`mindspore.runtime.synchronize` on a GPU; on the CPU, where that call is not supported, it waits
-for the last output the workload handed to `track` (each step depends on the one before).
+one static graph (graph mode, `mindspore.jit`). The cell's mode (workloads/common/modes.py) picks:
+graph (the default) compiles every Cell call and each step `policy.compiled` hands to mindspore.jit
+on its first call, which lands in the harness's first step (or warm pass); eager is PyNative mode,
+the same steps run as plain Python, nothing compiled. Device work may still be pending when a call
+returns (PyNative dispatches asynchronously too), so `run.sync` waits: `mindspore.runtime.synchronize`
+on a GPU; on the CPU, where that call is not supported, it copies the last output the workload
+handed to `track` to the host (each step depends on the one before; in PyNative mode the copy first
+drains every operator MindSpore has queued, the step's update included: measured with MindSpore 2.10).
 
 Graph mode traces nothing in Python: MindSpore parses each compiled function's source once per input
 shape. So a trace is counted (`run.note_trace`) by a `constexpr` call in each compiled step's body,
-which MindSpore evaluates while it compiles the graph and never when the graph runs.
+which MindSpore evaluates while it compiles the graph and never when the graph runs. PyNative mode
+compiles nothing, so nothing is counted there (FAIRNESS.md: trace-once).
 
-On the CPU, MindSpore 2.10 hands oneDNN its convolution weights in the plain OIHW layout. On a
-CPU with AVX-512, oneDNN 3.10 then picks a wrapper whose inner kernel is its reference (scalar)
-convolution: 3x3 and 7x7 convolutions run at about 0.3 GMAC/s, 50-100 times slower than the
-im2col + GEMM kernel it picks when its instruction set is capped at AVX2 (about 20 GMAC/s on 2
-cores; 1x1 convolutions and matmuls run as fast either way). So the framework option
-`onednn_max_cpu_isa` (workloads/common/options.py: avx2, the default, or all) sets oneDNN's own
-switch ONEDNN_MAX_CPU_ISA in `select_device`, overriding any inherited value, before the first
-oneDNN primitive exists; oneDNN's effective instruction set is then read back from its library
-and recorded (a cap that did not take effect fails the cell).
+On the CPU, oneDNN's instruction set is capped by the framework option `onednn_max_cpu_isa`
+(onednn.py in this package says why), set in `select_device` before the first oneDNN primitive.
 
 Only fp32 is wired up: MindSpore's mixed precision (`mindspore.amp`) is not set up here, so other
 precisions are recorded as unsupported. On a GPU, fp32 is true fp32 (TF32 turned off; MindSpore
@@ -31,27 +28,20 @@ variant yet (images/mindspore/metadata.toml says why).
 """
 from __future__ import annotations
 
-import ctypes
 import os
-from pathlib import Path
 
 import numpy as np
 
 import mindspore as ms
 from mindspore import ops
 
-from workloads.common import loop, precision as precision_rules, scaffold, threads as thread_rules
+from workloads.common import loop, modes, precision as precision_rules, scaffold, threads as thread_rules
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.hyperparams import SEED
+from workloads.runtime.mindspore.onednn import set_onednn_isa
 
 _device: list = ["cpu"]
 _last_output: list = [None]  # what the last dispatched call returned, for run.sync on the CPU
-# The onednn_max_cpu_isa option's values as oneDNN's ONEDNN_MAX_CPU_ISA spells them (module docstring).
-ONEDNN_ISA = {"avx2": "AVX2", "all": "ALL"}
-# dnnl_cpu_isa_t: each instruction set's bits include every older one's (checked: AVX2 0x7, AVX-512 0x27).
-_ONEDNN_ISA_BITS = {0x1: "SSE41", 0x3: "AVX", 0x7: "AVX2", 0xF: "AVX2_VNNI", 0x1F: "AVX2_VNNI_2",
-                    0x27: "AVX512_CORE", 0x67: "AVX512_CORE_VNNI", 0xE7: "AVX512_CORE_BF16"}
-_AVX2_BITS = 0x7
 
 
 # --- device and precision -------------------------------------------------------------------------
@@ -65,7 +55,7 @@ def sync() -> None:  # phrase: device-sync
 
 
 def track(output):
-    """Remember what a compiled call returned, so `run.sync` can wait for it; returns it unchanged."""
+    """Remember what a step returned, so `run.sync` can wait for it; returns it unchanged."""
     _last_output[0] = output
     return output
 
@@ -83,38 +73,17 @@ def _gpu_available() -> bool:
 
 
 class MindSporePolicy(Policy):
-    """The device ("cuda" or "cpu", made current by mindspore.set_device) and the precision (fp32 only)."""
+    """The device ("cuda" or "cpu", made current by mindspore.set_device), the precision (fp32 only) and
+    ``graph``: whether the cell's mode compiles (graph mode) or runs op by op (PyNative)."""
 
+    def __init__(self, device: str, precision: str, graph: bool):
+        super().__init__(device, precision)
+        self.graph = graph
 
-def onednn_effective_isa() -> int | None:
-    """oneDNN's instruction set for this process (dnnl_get_effective_cpu_isa, from the libdnnl MindSpore
-    loads), or None where that library is not found. The first read fixes it: call it only once
-    ONEDNN_MAX_CPU_ISA is set."""
-    library = Path(ms.__file__).parent / "lib" / "libdnnl.so.3"
-    if not library.is_file():
-        return None
-    function = ctypes.CDLL(str(library)).dnnl_get_effective_cpu_isa
-    function.restype = ctypes.c_int
-    return int(function())
-
-
-def set_onednn_isa(run: Run) -> dict:
-    """Set ONEDNN_MAX_CPU_ISA from the onednn_max_cpu_isa option (an inherited value does not win), read
-    oneDNN's effective instruction set back, and return what to record. Before the first oneDNN primitive."""
-    chosen = run.option("onednn_max_cpu_isa")
-    inherited = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    os.environ["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[chosen]
-    effective = onednn_effective_isa()
-    named = "unknown (libdnnl not found)" if effective is None else \
-        f"{_ONEDNN_ISA_BITS.get(effective, 'unnamed')} ({effective:#x})"
-    if chosen == "avx2" and effective is not None and effective & ~_AVX2_BITS:
-        raise RuntimeError(f"oneDNN runs {named} although ONEDNN_MAX_CPU_ISA=AVX2 was set: a oneDNN primitive "
-                           f"was made before select_device, so the onednn_max_cpu_isa option came too late")
-    extras = {"onednn_max_cpu_isa": f"{ONEDNN_ISA[chosen]} (option onednn_max_cpu_isa={chosen})",
-              "onednn_effective_isa": named}
-    if inherited is not None and inherited != ONEDNN_ISA[chosen]:
-        extras["onednn_max_cpu_isa_inherited"] = f"{inherited} (overridden by the option)"
-    return extras
+    def compiled(self, function):  # phrase: compile-step
+        """``function`` as the cell's mode runs it: compiled by mindspore.jit into one static graph on its
+        first call (graph mode), or as it is (PyNative: op by op from Python, nothing compiled)."""
+        return ms.jit(function) if self.graph else function
 
 
 def gpu_name(run: Run) -> str | None:
@@ -138,8 +107,8 @@ def select_device(run: Run) -> MindSporePolicy:
     precision_rules.check("mindspore", run.precision, device_type)  # fp32 only (FAIRNESS.md: true-precision)
     onednn = set_onednn_isa(run)  # before the first oneDNN primitive (the CPU kernels; a GPU run's host ops too)
     ms.set_device("GPU" if device_type == "cuda" else "CPU")  # phrase: device-placement
-    # graph mode: each Cell call and the jitted step are compiled to one static graph on first call
-    ms.set_context(mode=ms.GRAPH_MODE)  # phrase: compile-step
+    graph = run.mode == modes.GRAPH  # GRAPH_MODE compiles every Cell call too; PyNative runs them op by op
+    ms.set_context(mode=ms.GRAPH_MODE if graph else ms.PYNATIVE_MODE)
     if device_type == "cuda":
         gpu_context = ms.device_context.gpu
         gpu_context.op_precision.conv_allow_tf32(False)  # fp32 means true fp32 (FAIRNESS.md: true-precision)
@@ -154,7 +123,7 @@ def select_device(run: Run) -> MindSporePolicy:
     np.random.seed(SEED)  # nn.GRU draws its initial weights from numpy's global generator
     _device[0] = device_type
     run.declare_sync(sync, "mindspore.runtime.synchronize: every kernel queued on the GPU" if device_type == "cuda" else
-                     "the last compiled call's output copied to the host (no synchronize on the CPU; each step chained)")
+                     "the last step's output copied to the host (no synchronize on the CPU; each step chained)")
     tf32 = "n/a (CPU)"
     if device_type == "cuda":  # MindSpore has no getter for its TF32 switches: what was set, and the override
         tf32 = (f"off: op_precision.conv_allow_tf32(False), matmul_allow_tf32(False) set (MindSpore reads them "
@@ -165,11 +134,18 @@ def select_device(run: Run) -> MindSporePolicy:
         cuda_version=None,  # MindSpore does not report its CUDA version at run time; the variant names it
         cudnn_version=None,
         gpu_name=gpu_name(run) if device_type == "cuda" else None,
-        extras={"layout": "NCHW / TNC", "execution": "GRAPH_MODE (mindspore.jit): compiled on the first call",
+        extras={"layout": "NCHW / TNC", "execution": _execution(),
                 "cudnn_conv_algo": "performance" if device_type == "cuda" else "none (CPU)",
                 "allow_tf32": "false", "tf32": tf32, **onednn},
     )
-    return MindSporePolicy(device_type, run.precision)
+    return MindSporePolicy(device_type, run.precision, graph)
+
+
+def _execution() -> str:
+    """MindSpore's execution mode as its context reports it back (the "execution" record)."""
+    mode = ms.get_context("mode")
+    return {ms.GRAPH_MODE: "GRAPH_MODE", ms.PYNATIVE_MODE: "PYNATIVE_MODE"}.get(mode, f"unknown ({mode})") + \
+        " (mindspore.get_context('mode'))"
 
 
 def to_host(features: ms.Tensor) -> np.ndarray:
@@ -250,10 +226,10 @@ class Adam(ms.nn.Cell):
 def describe_optimizer(optimizer) -> str:
     """What update ran (the "optimizer" record)."""
     if isinstance(optimizer, Adam):
-        return ("ops.Adam (ApplyAdam kernel): built-in op, one per parameter inside the compiled step; epsilon "
+        return ("ops.Adam (ApplyAdam kernel): built-in op, one per parameter per step; epsilon "
                 "handed over as eps*sqrt(1 - beta2^t), PyTorch's form")
     if isinstance(optimizer, ms.nn.Momentum):
-        return ("nn.Momentum: built-in op ApplyMomentum, one per parameter inside the compiled step (MindSpore has "
+        return ("nn.Momentum: built-in op ApplyMomentum, one per parameter per step (MindSpore has "
                 "no multi-parameter momentum op)")
     return f"{type(optimizer).__module__}.{type(optimizer).__name__}"
 
@@ -261,25 +237,31 @@ def describe_optimizer(optimizer) -> str:
 def describe_gru_kernel(gru: ms.nn.GRU) -> str:
     """Which GRU kernel runs (the "gru_kernel" record), read from the layer as its construct decides:
     nn.GRU on a GPU calls the CudnnGRU operator; on the CPU it steps its GRU cell function in a loop
-    over the time steps, which graph mode unrolls into the compiled step."""
+    over the time steps, which graph mode unrolls into the compiled step and PyNative runs from Python."""
     from mindspore.nn.layer.rnns import _DynamicGRUCPUGPU
 
     rnn = gru.rnn
     if isinstance(rnn, _DynamicGRUCPUGPU) and rnn.is_gpu:
         return "cudnn: nn.GRU's CudnnGRU operator (cuDNN's GRU)"
     if isinstance(rnn, _DynamicGRUCPUGPU):
-        return ("python-loop: nn.GRU's per-step GRU cell loop (_DynamicRNNBase), unrolled by graph mode into the "
-                "compiled step; MindSpore has no fused CPU GRU kernel")
+        where = ("unrolled by graph mode into the compiled step" if ms.get_context("mode") == ms.GRAPH_MODE
+                 else "run op by op from Python (PyNative)")
+        return (f"python-loop: nn.GRU's per-step GRU cell loop (_DynamicRNNBase), {where}; MindSpore has no fused "
+                "CPU GRU kernel")
     return f"other: nn.GRU runs {type(rnn).__name__}"
 
 
-# --- the compiled steps ---------------------------------------------------------------------------
+# --- the steps (compiled in graph mode) -----------------------------------------------------------
 
-def trace_counter(run: Run):
-    """`note_trace(name)` for the body of a mindspore.jit function: a constexpr, which MindSpore evaluates
-    in Python while it compiles the graph (once per input shape) and never when the graph runs, so
-    `run.note_trace` counts compilations (`samples.traces`). reuse_result=False: every compilation
-    evaluates it afresh, a recompilation included."""
+def trace_counter(run: Run, policy: MindSporePolicy):
+    """`note_trace(name)` for the body of a step `policy.compiled` compiles: a constexpr, which MindSpore
+    evaluates in Python while it compiles the graph (once per input shape) and never when the graph runs,
+    so `run.note_trace` counts compilations (`samples.traces`). reuse_result=False: every compilation
+    evaluates it afresh, a recompilation included. In PyNative mode nothing is compiled and a constexpr
+    would run on every call, so nothing is counted (FAIRNESS.md: trace-once)."""
+    if not policy.graph:
+        return lambda function: 0
+
     @ms.constexpr(reuse_result=False)
     def note_trace(function):
         run.note_trace(function)
@@ -288,27 +270,28 @@ def trace_counter(run: Run):
     return note_trace
 
 
-def _train_step(run: Run, network: ms.nn.Cell, optimizer, loss_function):  # phrase: train-step
-    """One compiled step: `step(x, y) -> loss` on a numpy batch, the loss left on the device.
+def _train_step(run: Run, policy: MindSporePolicy, network: ms.nn.Cell, optimizer, loss_function):  # phrase: train-step
+    """One step: `step(x, y) -> loss` on a numpy batch, the loss left on the device.
 
     `mindspore.value_and_grad` differentiates the mean loss with respect to the optimizer's
-    parameters; the optimizer updates them in place. `mindspore.jit` compiles forward, backward
-    and update into one graph on the first call (it lands in the harness's first_step_s). Dropout
+    parameters; the optimizer updates them in place. In graph mode `mindspore.jit` compiles forward,
+    backward and update into one graph on the first call (it lands in the harness's first_step_s). Dropout
     follows the network's mode: `network.set_train(True)` for training, False for the parity steps.
     """
-    note_trace = trace_counter(run)
+    note_trace = trace_counter(run, policy)
 
     def loss_of(x, y):
         return loss_function(network(x), y)
 
     gradient_of = ms.value_and_grad(loss_of, None, optimizer.parameters)
 
-    @ms.jit
     def step(x, y):
         note_trace("train_step")  # while compiling only: a second count for one shape is a recompilation
         loss, gradients = gradient_of(x, y)
         optimizer(gradients)
         return loss
+
+    step = policy.compiled(step)
 
     def call(x: np.ndarray, y: np.ndarray):
         return track(step(to_device(x), to_device(y)))
@@ -320,14 +303,14 @@ def train_and_evaluate(run: Run, policy: MindSporePolicy, network, optimizer, lo
     """Train `network` on `data` with `optimizer` and `loss_function`, then measure its test accuracy."""
     with run.phase("model_build"):  # added to the workload's model_build; compiled on the first step
         network.set_train(True)  # dropout on
-        step = _train_step(run, network, optimizer, loss_function)
+        step = _train_step(run, policy, network, optimizer, loss_function)
     run.set_parameter_count(parameter_count(network))
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     loop.train(run, data, step)  # the loss stays on the device; read (float) once per epoch
     network.set_train(False)  # dropout off (FAIRNESS.md: eval-mode); graph mode compiles the inference graph once  # phrase: eval-mode
-    note_trace = trace_counter(run)
+    note_trace = trace_counter(run, policy)
 
-    @ms.jit
+    @policy.compiled
     def correct_in(x, y):
         note_trace("eval_step")  # while compiling only: once per batch shape (a last partial batch is another)
         return (network(x).argmax(axis=1) == y).astype(ms.int32).sum()
@@ -343,20 +326,21 @@ def parity_steps(run: Run, policy: MindSporePolicy, network, optimizer, loss_fun
     """The logits on the canonical weights, and after the parity steps (FAIRNESS.md: parity)."""
     run.set_parameter_count(parameter_count(network))
     network.set_train(False)  # dropout off, in the forward pass and inside the parity steps
-    return loop.parity_outputs(lambda x: network(to_device(x)), _train_step(run, network, optimizer, loss_function),
-                               batch, to_numpy=lambda logits: logits.asnumpy())
+    return loop.parity_outputs(lambda x: network(to_device(x)),
+                               _train_step(run, policy, network, optimizer, loss_function), batch,
+                               to_numpy=lambda logits: logits.asnumpy())
 
 
 # --- inference ------------------------------------------------------------------------------------
 
 def extract_features(run: Run, policy: MindSporePolicy, network, images: np.ndarray) -> None:
-    """The warm pass (graph compilation lands there), then the timed forward-only pass; each batch's
+    """The warm pass (graph mode's compilation lands there), then the timed forward-only pass; each batch's
     features are copied to the host (to_host), which waits for them."""
     run.set_parameter_count(parameter_count(network))
     network.set_train(False)  # inference only: batch norm on moving statistics, no gradients (FAIRNESS.md: eval-mode)
-    note_trace = trace_counter(run)
+    note_trace = trace_counter(run, policy)
 
-    @ms.jit
+    @policy.compiled
     def forward(images):
         note_trace("forward")  # while compiling only: once for the one batch shape
         return network(images)
