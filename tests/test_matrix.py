@@ -253,9 +253,13 @@ def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
     assert by_framework["pytorch"] == ["eager", "compiled"] and by_framework["tensorflow"] == ["graph", "compiled"]
     assert by_framework["keras-tf"] == ["graph", "compiled"] and by_framework["chainer"] == ["eager"]
     assert by_framework["jax"] == ["compiled"]
-    # the graph mode stays MXNet's and MindSpore's default (listed first), their eager mode beside it;
-    # MXNet's Module API is graph only
-    assert by_framework["mxnet"] == ["graph", "eager"] and by_framework["mindspore"] == ["graph", "eager"]
+    # a default mode and a compiled one: MXNet's and MindSpore's graph (their default) alone, their eager
+    # mode when asked; MXNet's Module API is graph only
+    assert by_framework["mxnet"] == ["graph"] and by_framework["mindspore"] == ["graph"]
+    asked = matrix.narrow(matrix.load(None, REGISTRY), REGISTRY, names=["mxnet", "mindspore"], modes=["default", "eager"],
+                          workloads=["cnn"], precisions=["fp32"], repeat=1)
+    assert [(c.framework, c.mode) for c in asked.cells(REGISTRY) if c.variant == "cpu"] == [
+        ("mxnet", "graph"), ("mxnet", "eager"), ("mindspore", "graph"), ("mindspore", "eager")]
     assert by_framework["mxnet-module"] == ["graph"]
     assert "pytorch__cpu__cnn__fp32__compiled__full__real__r0" in {c.key for c in cells}  # the key names the mode
 

@@ -82,8 +82,8 @@ def add_cell_options(parser: argparse.ArgumentParser) -> None:
                         f"{', '.join(options.every_name())} (see `list`)")
     parser.add_argument("--modes", type=comma_list,
                         help=f"comma-separated execution modes every selected framework runs ({','.join(modes.CHOICES)}; "
-                        f"{modes.DEFAULT}: each framework's default mode; unset: each framework's own, its default "
-                        "and any other it declares; a mode a framework lacks is an unsupported cell; see `list`)")
+                        f"{modes.DEFAULT}: each framework's default mode; unset: each framework's default mode and "
+                        "its compiled one; a mode a framework lacks is an unsupported cell; see `list`)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, results_dir_help: str, data_dir_help: str) -> None:

@@ -56,8 +56,8 @@ class Matrix:
     workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
     precisions: list[str] = field(default_factory=lambda: ["fp32"])
     # Execution modes (workloads/common/modes.py) asked of every framework: one it does not declare
-    # is a recorded "unsupported" cell. None: each framework's own modes (its default and any other it
-    # declares), so that the default matrix has no cell that cannot run.
+    # is a recorded "unsupported" cell. None: each framework's default mode and its compiled one where
+    # it declares one (modes.in_default_matrix), so that the default matrix has no cell that cannot run.
     modes: list[str] | None = None
     frameworks: list[FrameworkEntry] = field(default_factory=list)
     source: str = "matrix.toml"
@@ -68,10 +68,11 @@ class Matrix:
         return self.repeat if self.repeat is not None else DEFAULT_REPEATS.get(self.profile, 1)
 
     def modes_of(self, entry: FrameworkEntry) -> list[str]:
-        """The modes `entry`'s cells run: its own list, else the matrix's, else every mode it declares."""
+        """The modes `entry`'s cells run: its own list, else the matrix's, else its default mode and its
+        compiled one."""
         chosen = entry.modes if entry.modes is not None else self.modes
         if chosen is None:
-            return list(framework_modes.declared(entry.name)) or [""]
+            return framework_modes.in_default_matrix(entry.name) or [""]
         return framework_modes.chosen(entry.name, chosen)
 
     def cells(self, frameworks: dict[str, Framework]) -> list[Cell]:

@@ -89,6 +89,18 @@ def default(framework: str) -> str:
     return modes[0].name if modes else ""
 
 
+def in_default_matrix(framework: str) -> "list[str]":
+    """The modes a run that names none gives ``framework``: its default mode and, where it declares
+    one, its compiled mode, the comparison a reader asks for first (docs/FAIRNESS.md:
+    modes-compared). Its other modes (Paddle's to_static graph, MXNet's and MindSpore's eager) run
+    when --modes or matrix.toml asks for them: each is a row of its own, and the slowest to run."""
+    modes = declared(framework)
+    picked = list(modes)[:1]
+    if COMPILED in modes and COMPILED not in picked:
+        picked.append(COMPILED)
+    return picked
+
+
 def chosen(framework: str, names) -> "list[str]":
     """The modes ``framework``'s cells run when ``names`` (each one of CHOICES) are asked for:
     "default" becomes its default mode, and a mode named twice that way runs once."""
