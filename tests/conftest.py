@@ -211,7 +211,9 @@ def pytest_collection_modifyitems(items):
                else len(LONGEST_GROUPS))
 
 
-LONGEST_GROUPS = ("e2e-every-framework", "docker-engine", "e2e-other-pythons")
+# measured in CI, longest first (each group's tests run one after another on one worker)
+LONGEST_GROUPS = ("docker-engine", "e2e-second-modes", "e2e-every-framework", "test_e2e", "e2e-other-pythons",
+                  "test_languages")
 
 
 def _group(item) -> str:

@@ -197,7 +197,7 @@ def cpu_frameworks() -> list[str]:
             and framework.language == frameworks.PYTHON]
 
 
-@pytest.mark.xdist_group("e2e-every-framework")  # the longest test: a worker of its own (tests/conftest.py)
+@pytest.mark.xdist_group("e2e-every-framework")  # long: a group of its own (tests/conftest.py)
 def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
     """Every registered framework, each in its own environment and its default mode: an ok cell per
     workload it implements, and its outputs on the canonical weights within tolerance of PyTorch's
@@ -226,7 +226,7 @@ def second_modes() -> dict[str, list[str]]:
             if len(modes.declared(name)) > 1 and name != "pytorch"}
 
 
-@pytest.mark.xdist_group("e2e-second-modes")
+@pytest.mark.xdist_group("e2e-second-modes")  # long: a group of its own
 def test_every_frameworks_other_modes_run_the_smoke_matrix_and_pass_parity(tmp_path):
     """docs/FAIRNESS.md, modes-compared: each framework's modes beyond its default (XLA for
     TensorFlow and Keras on TensorFlow) run here on the CPU, traced once, and pass parity."""
