@@ -12,7 +12,7 @@ import sys
 import keras
 
 from workloads.common.harness import no_wait
-from workloads.common import threads as thread_rules
+from workloads.common import inductor, threads as thread_rules
 from workloads.common.threads import JAX_THREADS
 
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
@@ -61,6 +61,15 @@ class _TensorFlow:
         if compiled:
             return True, "on: jit_compile=True, every train and predict step one XLA cluster (mode compiled)"
         return False, "off: jit_compile=False, tf.function graphs without XLA (mode graph, the default)"
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        return ""  # XLA: the "xla" extra says it all
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return None  # XLA compiles the GRU's scan (and Keras turns it off for cuDNN's GRU, recorded)
+
+    def batch(self, array):
+        return array  # numpy: the tf.function traces it as a tensor, by shape and dtype
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         info = self.tf.sysconfig.get_build_info()
@@ -121,6 +130,15 @@ class _Jax:
 
     def xla(self, compiled: bool) -> tuple[bool, str]:
         return True, "always: Keras' JAX backend compiles every train and predict step with jax.jit (XLA); no other mode"
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        return ""
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return None  # the GRU is a lax.scan, one loop in the compiled step
+
+    def batch(self, array):
+        return array  # TrainStep puts it on the device with the step's state (jax.device_put)
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         try:
@@ -186,8 +204,43 @@ class _Torch:
             return f"unreadable ({error})"
 
     def xla(self, compiled: bool) -> tuple[bool, str]:
-        return False, ("n/a: jit_compile=False, eager (with the torch backend jit_compile would mean torch.compile, "
-                       "which the PyTorch row does not use either; Keras' own 'auto' leaves it off)")
+        if compiled:
+            return True, ("n/a: no XLA on torch; jit_compile=True hands Keras' train and predict steps to torch.compile "
+                          "(inductor), compiled in the first step (mode compiled)")
+        return False, ("n/a: jit_compile=False, eager: no torch.compile (mode eager, the default; Keras' own 'auto' "
+                       "leaves it off too)")
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        """The compiled mode's inductor: its caches in the cell's temporary folder, and the CPU's C++
+        compiler, or Unsupported without one (workloads/common/inductor.py, as the PyTorch row)."""
+        return inductor.compile_caches(device) if compiled else ""
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return TORCH_COMPILED_RNN if compiled else None
+
+    def compile_counted(self, run, model: keras.Model, step: str) -> None:
+        """Make Keras' ``step`` function ("train_step" or "predict_step") now, as jit_compile=True
+        makes it on torch (keras/src/backend/torch/trainer.py: torch.compile of its one-step
+        function, inductor, torch.compile's other defaults), with inductor counting the graphs it
+        compiles (samples.traces, "train_step graph 1", ...): Keras makes its one-step function with
+        jit_compile off for that one call, and it is compiled here. Nothing is compiled until the
+        function's first call (the first step, or the warm-up pass)."""
+        from torch._inductor.compile_fx import compile_fx
+
+        make, attribute = {"train_step": (model.make_train_function, "train_function"),
+                           "predict_step": (model.make_predict_function, "predict_function")}[step]
+        model.jit_compile = False
+        try:
+            make(force=True)
+        finally:
+            model.jit_compile = True
+        one_step = getattr(model, attribute)
+        setattr(model, attribute, self.torch.compile(one_step, backend=inductor.counting_backend(run, compile_fx, step)))
+
+    def batch(self, array):
+        """A numpy batch as a tensor on Keras' device, before it reaches Keras' step: torch.compile
+        cannot trace numpy arrays (a graph break at ndarray.dtype); eager Keras converts it first too."""
+        return keras.ops.convert_to_tensor(array)
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         return self.torch.version.cuda, str(self.torch.backends.cudnn.version())
@@ -204,13 +257,20 @@ class _Torch:
         return self.torch.cuda.max_memory_allocated() / 2**20
 
     def set_threads(self, run) -> None:
-        from workloads.runtime.pytorch import set_threads
-        set_threads(run)
+        thread_rules.set_torch_threads(self.torch, run)
 
     def data_format(self, device: str) -> str:
         # torch convolutions are NCHW; with channels_last Keras transposes around every layer.
         return "channels_first"
 
+
+# Why Keras on torch refuses the GRU in its compiled mode: while torch.compile traces, Keras' torch gru
+# skips cuDNN (torch.compiler.is_compiling()) for its Python loop over the time steps, which TorchDynamo
+# unrolls into one graph. Measured with Keras 3.15.1 and PyTorch 2.13 on a 2-core CPU: 20 of the
+# workload's 150 steps already took minutes to compile (the train step about 3, the predict step 1.5).
+TORCH_COMPILED_RNN = ("torch.compile does not compile this model in reasonable time: under torch.compile Keras' "
+                      "torch GRU is its Python loop over the time steps (it skips cuDNN while compiling), which "
+                      "TorchDynamo unrolls into one graph (minutes of compilation for 20 of the 150 steps)")
 
 FACTS = {"tensorflow": _TensorFlow, "jax": _Jax, "torch": _Torch}[BACKEND]()
 last_outputs: list = [None]  # what the last JAX step returned, for run.sync
