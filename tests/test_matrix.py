@@ -121,7 +121,8 @@ def test_init_defaults_to_canonical():
 
 def test_command_line_options_go_to_every_selected_framework_that_declares_them():
     parsed = matrix.narrow(matrix.parse(OPTIONS, REGISTRY), REGISTRY, names=["mindspore", "paddle", "pytorch"],
-                           options=["onednn_max_cpu_isa=all", "channels_last=off,on"], init="canonical")
+                           options=["onednn_max_cpu_isa=all", "channels_last=off,on"], init="canonical",
+                           modes=["default"])  # one mode each: the options are the point
     cells = parsed.cells(REGISTRY)
     assert [(c.framework, c.options) for c in cells] == [
         ("mindspore", {"onednn_max_cpu_isa": "all"}),  # the file's [avx2, all] replaced
@@ -225,6 +226,8 @@ def test_every_framework_declares_its_modes_in_the_one_table():
     assert [m.name for m in modes.MODES["pytorch"]] == ["eager", "compiled"]
     assert [m.name for m in modes.MODES["tensorflow"]] == ["graph", "compiled"]
     assert [m.name for m in modes.MODES["jax"]] == ["compiled"] and [m.name for m in modes.MODES["chainer"]] == ["eager"]
+    assert [m.name for m in modes.MODES["paddle"]] == ["eager", "graph"]  # paddle.jit.to_static
+    assert [m.name for m in modes.MODES["keras-torch"]] == ["eager", "compiled"]  # jit_compile=True: torch.compile
     assert modes.default("tensorflow") == "graph" and modes.resolve("tensorflow", "") == "graph"
 
 
@@ -239,7 +242,7 @@ def test_a_mode_a_framework_does_not_declare_is_unsupported_with_a_reason():
         modes.unsupported("jax", "jit")
 
 
-def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
+def test_the_default_matrix_runs_every_mode_each_framework_declares():
     default = matrix.load(None, REGISTRY)
     cells = [c for c in default.cells(REGISTRY) if c.variant == "cpu" and c.workload == "cnn" and c.repeat == 0]
     by_framework = {}
@@ -247,7 +250,8 @@ def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
         by_framework.setdefault(cell.framework, []).append(cell.mode)
     assert by_framework["pytorch"] == ["eager", "compiled"] and by_framework["tensorflow"] == ["graph", "compiled"]
     assert by_framework["keras-tf"] == ["graph", "compiled"] and by_framework["chainer"] == ["eager"]
-    assert by_framework["jax"] == ["compiled"]
+    assert by_framework["jax"] == ["compiled"] and by_framework["paddle"] == ["eager", "graph"]
+    assert by_framework["keras-torch"] == ["eager", "compiled"]
     assert "pytorch__cpu__cnn__fp32__compiled__full__real__r0" in {c.key for c in cells}  # the key names the mode
 
 

@@ -124,9 +124,9 @@ from workloads.common import canonical
 from workloads.common.harness import Run, Unsupported
 from workloads.common.result import Cell
 
-def cell_run(workload, init="canonical", options=None, **settings):
-    run = Run(Cell(FRAMEWORK, workload, profile="smoke", data="synthetic", init=init, options=options or {}),
-              device="cpu")
+def cell_run(workload, init="canonical", options=None, mode="", **settings):
+    run = Run(Cell(FRAMEWORK, workload, profile="smoke", data="synthetic", init=init, options=options or {},
+                   mode=mode), device="cpu")
     run.settings = dataclasses.replace(run.settings, **settings)
     return run
 

@@ -113,7 +113,8 @@ def select_device(run: Run) -> PaddlePolicy:
               "tf32": "n/a (CPU)"}
     if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
         extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
-        run.declare_sync(no_wait, "nothing: Paddle's dynamic-graph CPU kernels run before the call returns")
+        run.declare_sync(no_wait, "nothing: Paddle's CPU kernels (dynamic graph, or a converted program's run) "
+                                  "finish before the call returns")
     if device_type == "cuda":
         # fp32 means true fp32 (FAIRNESS.md: true-precision): Paddle's CUDA build allows TF32 in cuBLAS and cuDNN by default.
         core.set_cublas_switch(precision == "tf32")
