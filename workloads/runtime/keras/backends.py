@@ -245,6 +245,27 @@ class _Torch:
             for variable in model.trainable_weights:
                 variable.value.grad = self.torch.zeros_like(variable.value)
 
+    def record_dynamo(self, run) -> None:
+        """What TorchDynamo made of the compiled steps (extras "torch_compile"), from its own counters
+        after the run: the Python frames it compiled of those it was handed, why it left others
+        eager (e.g. its recompile limit), and where it broke a graph (the call it broke at runs
+        eagerly between two graphs: Tensor.backward(), the fused optimizer). Said, not silently
+        substituted (FAIRNESS.md: modes-compared)."""
+        from torch._dynamo.utils import counters
+
+        def kinds(counter) -> str:
+            found: dict = {}
+            for reason, count in counter.items():
+                kind = next((line.strip() for line in str(reason).splitlines() if line.strip()), "?")[:100]
+                found[kind] = found.get(kind, 0) + count
+            return "; ".join(f"{kind} (x{count})" for kind, count in sorted(found.items(), key=lambda item: -item[1]))
+
+        frames = counters["frames"]
+        run.set_provenance(extras={"torch_compile": (
+            f"TorchDynamo compiled {frames['ok']} of the {frames['total']} Python frames it was handed; "
+            f"frames left eager: {kinds(counters['unimplemented']) or 'none'}; "
+            f"graph breaks: {kinds(counters['graph_break']) or 'none'}")})
+
     def batch(self, array):
         """A numpy batch as a tensor on Keras' device, before it reaches Keras' step: torch.compile
         cannot trace numpy arrays (a graph break at ndarray.dtype); eager Keras converts it first too."""

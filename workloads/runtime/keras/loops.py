@@ -101,6 +101,12 @@ def count_torch_predict_traces(run: Run, model: keras.Model) -> None:
         count_traces(run, model, "predict_step")
 
 
+def record_dynamo(run: Run, model: keras.Model) -> None:
+    """On torch in the compiled mode, what TorchDynamo compiled and what it left eager (extras "torch_compile")."""
+    if BACKEND == "torch" and compiles_steps(model):
+        FACTS.record_dynamo(run)
+
+
 def predict(model: keras.Model, inputs: np.ndarray) -> np.ndarray:
     """``model.predict_on_batch`` on a numpy batch (a tensor on torch, which compiles no numpy)."""
     return model.predict_on_batch(FACTS.batch(inputs))
@@ -118,6 +124,7 @@ def train_and_evaluate(run: Run, policy: KerasPolicy, model: keras.Model, data) 
     loop.train(run, data, train_step, end_epoch=train_step.sync_weights)
     loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
     record_peak_memory(run, policy)
+    record_dynamo(run, model)
 
 
 def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
@@ -148,6 +155,7 @@ def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: 
     record_compiled(run, policy, model)
     loop.infer(run, images, lambda batch: predict(model, batch), to_host=keras.ops.convert_to_numpy)
     record_peak_memory(run, policy)
+    record_dynamo(run, model)
 
 
 def parity_features(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
