@@ -122,7 +122,8 @@ def test_init_defaults_to_canonical():
 
 def test_command_line_options_go_to_every_selected_framework_that_declares_them():
     parsed = matrix.narrow(matrix.parse(OPTIONS, REGISTRY), REGISTRY, names=["mindspore", "paddle", "pytorch"],
-                           options=["onednn_max_cpu_isa=all", "channels_last=off,on"], init="canonical")
+                           options=["onednn_max_cpu_isa=all", "channels_last=off,on"], init="canonical",
+                           modes=["default"])  # one mode each: the options are the point
     cells = parsed.cells(REGISTRY)
     assert [(c.framework, c.options) for c in cells] == [
         ("mindspore", {"onednn_max_cpu_isa": "all"}),  # the file's [avx2, all] replaced
@@ -226,6 +227,8 @@ def test_every_framework_declares_its_modes_in_the_one_table():
     assert [m.name for m in modes.MODES["pytorch"]] == ["eager", "compiled"]
     assert [m.name for m in modes.MODES["tensorflow"]] == ["graph", "compiled"]
     assert [m.name for m in modes.MODES["jax"]] == ["compiled"] and [m.name for m in modes.MODES["chainer"]] == ["eager"]
+    assert [m.name for m in modes.MODES["paddle"]] == ["eager", "graph"]  # paddle.jit.to_static
+    assert [m.name for m in modes.MODES["keras-torch"]] == ["eager", "compiled"]  # jit_compile=True: torch.compile
     assert modes.default("tensorflow") == "graph" and modes.resolve("tensorflow", "") == "graph"
     for name in ("mxnet", "mindspore"):  # a second mode added after the default: old keys and rows unchanged
         assert [m.name for m in modes.MODES[name]] == ["graph", "eager"] and modes.resolve(name, "") == "graph"
@@ -252,7 +255,8 @@ def test_the_default_matrix_runs_each_frameworks_default_and_compiled_mode():
         by_framework.setdefault(cell.framework, []).append(cell.mode)
     assert by_framework["pytorch"] == ["eager", "compiled"] and by_framework["tensorflow"] == ["graph", "compiled"]
     assert by_framework["keras-tf"] == ["graph", "compiled"] and by_framework["chainer"] == ["eager"]
-    assert by_framework["jax"] == ["compiled"]
+    assert by_framework["jax"] == ["compiled"] and by_framework["paddle"] == ["eager"]  # to_static when asked
+    assert by_framework["keras-torch"] == ["eager", "compiled"]
     # a default mode and a compiled one: MXNet's and MindSpore's graph (their default) alone, their eager
     # mode when asked; MXNet's Module API is graph only
     assert by_framework["mxnet"] == ["graph"] and by_framework["mindspore"] == ["graph"]

@@ -220,6 +220,32 @@ def test_keras_torch_gru_falling_back_from_a_raising_cudnn_call_is_recorded():
     assert kernel.startswith("python-loop:") and "cuDNN path raised TypeError" in kernel
 
 
+@pytest.mark.e2e  # the real Keras, in its cached environment
+def test_keras_torch_compiled_mode_compiles_each_graph_once_and_trains_as_eager_does():
+    """The compiled mode on torch (jit_compile=True: Keras hands its steps to torch.compile, docs/FAIRNESS.md:
+    modes-compared), through the runtime's training loop over 20 steps: every graph inductor compiles is
+    counted once (the train step's several, split where TorchDynamo breaks: backward() and the fused
+    optimizer, which the record names; the evaluation's predict step), compilation in the first step,
+    inductor's caches in the cell's folder; the losses are the eager mode's from the same start. The GRU
+    is refused, saying why."""
+    from support.fairness_probes import facts
+
+    found = facts("keras-torch")["torch_compiled"]
+    eager, compiled = found["eager"], found["compiled"]
+    assert eager["status"] == compiled["status"] == "ok" and compiled["steps"] >= 20
+    assert eager["traces"] == {} and compiled["traces"] and set(compiled["traces"].values()) == {1}
+    assert {name.rsplit(" ", 1)[0] for name in compiled["traces"]} == {"train_step graph", "predict_step graph"}
+    extras = compiled["extras"]
+    assert extras["jit_compile"] == "true" and extras["mode"].startswith("compiled: jit_compile=True")
+    assert extras["compiler"].startswith("inductor: C++/OpenMP kernels built by ") and "/home" not in extras["compiler"]
+    assert "compiled by torch.compile in the first step" in extras["train_step"]
+    assert extras["torch_compile"].startswith("TorchDynamo compiled ") and "Tensor.backward()" in extras["torch_compile"]
+    assert "compiler" not in eager["extras"] and eager["extras"]["jit_compile"] == "false"
+    np.testing.assert_allclose(compiled["epoch_losses"], eager["epoch_losses"], rtol=1e-4)
+    assert compiled["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-5)
+    assert found["gru"].startswith("torch.compile does not compile this model in reasonable time")
+
+
 def reference_updates(start, gradients, rule):
     """PyTorch's updates (the reference row) in float64: plain-momentum SGD, Adam in its epsilon form."""
     w, m, v = np.array(start, dtype=np.float64), 0.0, 0.0

@@ -347,6 +347,43 @@ say(out)
     assert "no" in found["gru channels_last"] and "channels_last" in found["gru channels_last"]
 
 
+def test_graph_mode_converts_each_program_once_and_computes_what_eager_computes():
+    """The graph mode (paddle.jit.to_static, docs/FAIRNESS.md: modes-compared): a short CNN cell builds
+    its train and eval programs once each (samples.traces) and says what ran; the CNN's and the GRU's
+    parity outputs through the converted forward (the logits, and after the parity steps, whose
+    backward is the converted program's) are the eager mode's; the steps did train."""
+    found = in_paddle("""
+out = {}
+for workload in ("cnn", "gru"):
+    module = importlib.import_module(f"workloads.{workload}.paddle")
+    params, batch = canonical.parameters(workload), canonical.parity_batch(workload)
+    runs = {mode: cell_run(workload, mode=mode) for mode in ("eager", "graph")}
+    outputs = {mode: module.parity(run, params, batch) for mode, run in runs.items()}
+    out[workload] = {name: float(np.abs(outputs["graph"][name] - outputs["eager"][name]).max()
+                                 / np.abs(outputs["eager"][name]).max()) for name in outputs["eager"]}
+    out[workload + " trained"] = float(np.abs(outputs["graph"]["logits_after_training"]
+                                              - outputs["graph"]["logits"]).max())
+    out[workload + " traces"] = {mode: run.result.samples.traces for mode, run in runs.items()}
+run = cell_run("cnn", mode="graph", max_train_batches=3, max_eval_batches=2)
+importlib.import_module("workloads.cnn.paddle").run(run)
+result = run.finish()
+out["cnn run"] = {"status": result.status, "traces": result.samples.traces, "steps": result.samples.epoch_steps,
+                  "extras": {k: result.provenance.extras[k] for k in ("mode", "graph")}}
+say(out)
+""")
+    for workload in ("cnn", "gru"):
+        assert set(found[workload]) == {"logits", "logits_after_training"}
+        assert all(difference <= 1e-5 for difference in found[workload].values()), (workload, found[workload])
+        assert found[workload + " trained"] > 1e-3
+        assert found[workload + " traces"] == {"eager": {}, "graph": {"to_static program 1 (eval)": 1,
+                                                                      "to_static program 2 (train)": 1}}
+    run = found["cnn run"]
+    assert run["status"] == "ok" and run["steps"] == [3]
+    assert run["traces"] == {"to_static program 1 (train)": 1, "to_static program 2 (eval)": 1}
+    assert run["extras"]["mode"].startswith("graph: paddle.jit.to_static(full_graph=True)")
+    assert run["extras"]["graph"].startswith("static: paddle.jit.to_static(full_graph=True)")
+
+
 def test_gru_kernel_names_the_per_step_fallback_and_features_reach_the_host_as_numpy():
     """describe_gru_kernel reads nn.GRU's own dispatch (could_use_cudnn: its rnn operator, else a GRUCell
     looped in Python). to_host hands numpy float32 over,

@@ -169,6 +169,7 @@ def keras_facts() -> dict:
     facts["optimizers"] = optimizer_updates()
     if runtime.BACKEND == "torch":
         facts["torch_cudnn_fallback"] = torch_cudnn_fallback(runtime)
+        facts["torch_compiled"] = torch_compiled(runtime)
     return facts
 
 
@@ -229,6 +230,30 @@ def torch_cudnn_fallback(runtime) -> dict:
     rnn._fallback_gru(inputs, torch.zeros(2, 4), kernel, recurrent, torch.zeros(2, 12), keras.activations.tanh,
                       keras.activations.sigmoid, False)
     return {"gru_kernel": run.result.provenance.extras.get("gru_kernel")}
+
+
+def torch_compiled(runtime) -> dict:
+    """The compiled mode on torch (jit_compile=True: torch.compile) through the runtime's own training
+    loop, on a small model (CIFAR batches, flattened into one dense layer: seconds to compile) in
+    both modes from the same start, TRAIN_STEPS steps and an evaluation; and the GRU's refusal."""
+    import keras
+
+    found = {}
+    for mode in ("eager", "compiled"):
+        run = make_run("cnn", mode=mode, max_train_batches=TRAIN_STEPS, **SMALL)
+        policy = runtime.select_device(run)  # seeds Keras: the same start in both modes
+        images = keras.Input(shape=run.settings.image_shape)
+        model = keras.Model(images, keras.layers.Dense(run.settings.classes)(keras.layers.Flatten()(images)))
+        model.compile(optimizer=runtime.sgd_momentum(learning_rate=0.01, momentum=0.9),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=policy.jit_compile)
+        runtime.train_and_evaluate(run, policy, model, run.load_cifar10())
+        found[mode] = summary(run)
+    try:
+        runtime.select_device(make_run("gru", mode="compiled"), recurrent=True)
+        found["gru"] = None
+    except Unsupported as reason:
+        found["gru"] = str(reason)
+    return found
 
 
 # --- on the host: run this file in a framework's cached environment -----------------------------------

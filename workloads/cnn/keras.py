@@ -57,8 +57,8 @@ def vgg_style_cnn(s, data_format: str, dropout: bool = True) -> keras.Model:
 
 def compile_model(model: keras.Model, s, policy: runtime.KerasPolicy) -> keras.Model:
     # jit_compile from the policy: XLA always on JAX, on TensorFlow in the compiled mode (a tf.function
-    # otherwise), never on torch (eager, as the PyTorch row). The optimizer is each backend's own
-    # momentum op where it has one (runtime.sgd_momentum).
+    # otherwise), torch.compile on torch in the compiled mode (else eager). The optimizer is each
+    # backend's own momentum op where it has one (runtime.sgd_momentum).
     model.compile(optimizer=runtime.sgd_momentum(learning_rate=s.learning_rate, momentum=s.momentum),  # phrase: compile-step
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),  # phrase: softmax-cross-entropy
                   jit_compile=policy.jit_compile)

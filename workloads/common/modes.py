@@ -46,14 +46,21 @@ MODES = {
                 Mode(COMPILED, "torch.compile (inductor): the model's forward and backward compiled to fused "
                                "C++/OpenMP kernels on the CPU, Triton kernels on a GPU, in the first step (the "
                                "GRU's nn.GRU is not compiled by it: that cell is unsupported)")),
-    "keras-torch": (Mode(EAGER, "jit_compile=False: Keras' steps run eagerly on PyTorch"),),
+    "keras-torch": (Mode(EAGER, "jit_compile=False: Keras' steps run eagerly on PyTorch"),
+                    Mode(COMPILED, "jit_compile=True: Keras hands its train and predict steps to torch.compile "
+                                   "(inductor), compiled in the first step (the GRU is not: under torch.compile "
+                                   "Keras' GRU is a Python loop over the time steps, unrolled into one graph; that "
+                                   "cell is unsupported)")),
     "tensorflow": (_TF_GRAPH, _TF_XLA),
     "keras-tf": _KERAS_TF,
     "r-keras": _KERAS_TF,  # the same Keras on TensorFlow, reached from R
     "jax": (Mode(COMPILED, "jax.jit: every step traced and compiled by XLA (JAX has no eager training loop "
                            "worth measuring: op-by-op dispatch is a debugging aid)"),),
     "keras-jax": (Mode(COMPILED, "Keras on JAX always jit-compiles its steps with XLA"),),
-    "paddle": (Mode(EAGER, "dynamic graph (Paddle's default): no paddle.jit.to_static, nothing traced"),),
+    "paddle": (Mode(EAGER, "dynamic graph (Paddle's default): no paddle.jit.to_static, nothing traced"),
+               Mode(GRAPH, "paddle.jit.to_static(full_graph=True): the model's forward converted to a static "
+                           "program (its backward derived as one) on its first call, one per train or eval mode "
+                           "and input shape; the optimizer's update stays eager (no CINN compiler)")),
     "mindspore": (Mode(GRAPH, "GRAPH_MODE with mindspore.jit: every Cell call and step compiled to one static "
                               "graph on its first call"),
                   Mode(EAGER, "PyNative mode (MindSpore's own default): operator by operator from Python, no "

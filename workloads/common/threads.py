@@ -84,3 +84,18 @@ def set_tensorflow_threads(tf, run) -> None:
     run.record_threads(tf.config.threading.get_intra_op_parallelism_threads() or None,
                        tf.config.threading.get_inter_op_parallelism_threads() or None,
                        "tf.config.threading.set_intra_op_parallelism_threads, set_inter_op_parallelism_threads", note)
+
+
+def set_torch_threads(torch, run) -> None:
+    """The run's threads through PyTorch's own switches, read back (FAIRNESS.md: same-threads), for the
+    PyTorch row and Keras on torch alike (`torch`: the imported module; nothing is imported here). The
+    inter-op pool takes its size only before it first runs (so: before any work)."""
+    torch.set_num_threads(run.threads)
+    note = ""
+    try:
+        torch.set_num_interop_threads(run.threads)
+    except RuntimeError as error:  # the pool already started in this process
+        note = "the inter-op pool had started ({})".format(error)
+    inter_op = torch.get_num_interop_threads()
+    run.record_threads(torch.get_num_threads(), inter_op, "torch.set_num_threads, torch.set_num_interop_threads",
+                       note if inter_op != run.threads else "")

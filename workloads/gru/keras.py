@@ -76,6 +76,9 @@ def load_canonical(model: keras.Model, params: dict) -> None:
 class GRUWorkload(runtime.Training):
     """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
+    def select_device(self, run):
+        return runtime.select_device(run, recurrent=True)  # the compiled mode on torch: unsupported
+
     def build_model(self, run, policy, watch_kernel=True):
         if watch_kernel:  # which GRU kernel actually runs (extras gru_kernel), fallbacks included
             runtime.watch_gru_kernel(run)

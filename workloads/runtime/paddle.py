@@ -2,13 +2,18 @@
 
 The workloads run Paddle's dynamic graph (its default mode since 2.0, eager like PyTorch). On a GPU
 its kernels are queued on a CUDA stream, so `run.sync` is `paddle.device.synchronize`; on the CPU
-eager kernels run before the call returns. Three defaults differ from PyTorch's; each is handled here:
+its kernels run before the call returns (in both modes). Three defaults differ from PyTorch's; each is handled here:
 Paddle's import pins the CPU math libraries to ONE thread (it sets OMP_NUM_THREADS=1 when unset),
 its CUDA build computes fp32 matmuls and convolutions in TF32 on Ampere and newer, and its
 dynamic-graph AMP leaves CPU kernels in float32 (so fp16 / bf16 need a GPU).
 
-Nothing is traced or compiled: no paddle.jit.to_static anywhere, every step runs eagerly (so there
-is no trace to count, and the first step pays no compilation). The framework option `channels_last`
+The cell's mode (workloads/common/modes.py) is eager (the default: nothing traced, every operator
+dispatched from Python) or graph: `policy.converted(model)` converts the model's forward with
+`paddle.jit.to_static(full_graph=True)` (dynamic-to-static), one static program per train or eval
+mode and input shape, built on its first call (the first training step or the warm-up pass,
+FAIRNESS.md: warm-up-apart) and counted in `samples.traces`; Paddle derives the backward as a
+program too, and the optimizer's update stays eager (Paddle's to_static cannot convert `backward()`
+or the optimizer's step). The framework option `channels_last`
 (workloads/common/options.py) runs the convolutions, pools and batch norms NHWC (`data_format="NHWC"`;
 the input batch arrives NCHW and is transposed once per batch, inside the model's forward).
 
@@ -25,8 +30,9 @@ import os
 import numpy as np
 import paddle
 from paddle.base import core
+from paddle.jit.dy2static.program_translator import StaticFunction
 
-from workloads.common import loop, precision as precision_rules, scaffold
+from workloads.common import loop, modes, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
@@ -40,13 +46,24 @@ class PaddlePolicy(Policy):
     """The device ("cuda" or "cpu", made current by paddle.set_device), what the precision asks, and the
     convolutions' layout: `data_format` "NHWC" with the channels_last option, else "NCHW"."""
 
-    def __init__(self, device, precision: str, *, channels_last: bool = False):
+    def __init__(self, device, precision: str, *, channels_last: bool = False, count_programs=None):
         super().__init__(device, precision)
         self.channels_last = channels_last
+        self.count_programs = count_programs  # the graph mode's program counter (_program_counter); None: eager
 
     @property
     def data_format(self) -> str:
         return "NHWC" if self.channels_last else "NCHW"
+
+    def converted(self, model: paddle.nn.Layer) -> paddle.nn.Layer:  # phrase: compile-step
+        """``model`` as the cell's mode runs it: itself (eager), or with its forward converted in place by
+        paddle.jit.to_static (graph). full_graph=True: the whole forward one static program, or an error
+        (never Paddle's SOT, which would run what it cannot convert eagerly, unsaid). Converted once."""
+        if self.count_programs is None or isinstance(model.forward, StaticFunction):
+            return model
+        paddle.jit.to_static(model, full_graph=True)
+        self.count_programs(model.forward)
+        return model
 
     def autocast(self):  # phrase: autocast
         """Mixed precision through Paddle's own AMP (level O1: white-listed ops in half precision)."""
@@ -86,13 +103,18 @@ def select_device(run: Run) -> PaddlePolicy:
     core.set_num_threads(run.threads)
     run.record_threads(None, None, "OMP_NUM_THREADS before the import, paddle.base.core.set_num_threads",
                        note="Paddle reports no thread count back")
+    graph = run.mode == modes.GRAPH
     extras = {"layout": "NHWC (channels_last)" if channels_last else "NCHW / TNC",
-              "graph": "dynamic (eager): no paddle.jit.to_static, nothing traced or compiled",
+              "graph": ("static: paddle.jit.to_static(full_graph=True), the model's forward one static program per "
+                        "train or eval mode and input shape (its backward derived as one), built on the first call; "
+                        "the optimizer's update eager" if graph else
+                        "dynamic (eager): no paddle.jit.to_static, nothing traced or compiled"),
               "autocast": _AUTOCAST_DTYPES.get(precision, "none"), "paddle_commit": paddle.version.commit,
               "tf32": "n/a (CPU)"}
     if device_type == "cpu":  # oneDNN kernels in the dynamic graph: off by default (Paddle's own CPU kernels + MKL)
         extras["onednn"] = str(paddle.get_flags(["FLAGS_use_onednn"])["FLAGS_use_onednn"]).lower()
-        run.declare_sync(no_wait, "nothing: Paddle's dynamic-graph CPU kernels run before the call returns")
+        run.declare_sync(no_wait, "nothing: Paddle's CPU kernels (dynamic graph, or a converted program's run) "
+                                  "finish before the call returns")
     if device_type == "cuda":
         # fp32 means true fp32 (FAIRNESS.md: true-precision): Paddle's CUDA build allows TF32 in cuBLAS and cuDNN by default.
         core.set_cublas_switch(precision == "tf32")
@@ -110,7 +132,32 @@ def select_device(run: Run) -> PaddlePolicy:
         gpu_name=paddle.device.cuda.get_device_name(0) if device_type == "cuda" else None,
         extras=extras,
     )
-    return PaddlePolicy(device_type, precision, channels_last=channels_last)
+    return PaddlePolicy(device_type, precision, channels_last=channels_last,
+                        count_programs=_program_counter(run) if graph else None)
+
+
+def _program_counter(run: Run):
+    """What counts each static program paddle.jit.to_static builds for a converted forward in
+    ``samples.traces`` ("to_static program N (train|eval)"): a program of the same mode and input
+    shapes built twice is a retrace, which the report flags. Paddle builds one in its program
+    cache's _build_once, on a cache miss only, so that is where it is counted."""
+    seen: dict = {}
+
+    def count(static_forward: StaticFunction) -> None:
+        cache = static_forward.program_cache
+        build = cache._build_once
+
+        def counted(key):
+            train = bool(key.kwargs.get("is_train"))
+            shapes = [tuple(spec.shape) for spec in paddle.utils.flatten(key.input_args_with_spec)
+                      if hasattr(spec, "shape")]
+            identity = (train, str(shapes))
+            seen.setdefault(identity, f"to_static program {len(seen) + 1} ({'train' if train else 'eval'})")
+            run.note_trace(seen[identity])
+            return build(key)
+
+        cache._build_once = counted
+    return count
 
 
 def tf32_report() -> str:
@@ -215,13 +262,13 @@ def _train_step(policy: PaddlePolicy, model, optimizer, loss_function):
 def train_and_evaluate(run: Run, policy: PaddlePolicy, model, optimizer, loss_function, data) -> None:
     """Train `model` on `data` with `optimizer` and `loss_function`, then measure its test accuracy."""
     with run.phase("model_build"):  # added to the workload's model_build
-        step = _train_step(policy, model, optimizer, loss_function)
+        step = _train_step(policy, policy.converted(model), optimizer, loss_function)
     run.set_parameter_count(parameter_count(model))
     run.set_provenance(extras={"optimizer": describe_optimizer(optimizer)})
     model.train()
     loop.train(run, data, step)  # the loss is read (float) once per epoch
     # phrase: eval-mode
-    model.eval()  # dropout off (FAIRNESS.md: eval-mode)
+    model.eval()  # dropout off (FAIRNESS.md: eval-mode); graph: the eval program, converted on its first call
 
     def count_correct(x: np.ndarray, y: np.ndarray) -> paddle.Tensor:
         predictions = model(to_device(x)).argmax(axis=1)
@@ -233,15 +280,15 @@ def train_and_evaluate(run: Run, policy: PaddlePolicy, model, optimizer, loss_fu
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
 
 
-def parity_steps(run: Run, policy: PaddlePolicy, model, optimizer, loss_function, batch: dict, *,
-                 steps_in_train_mode: bool = False) -> dict:
+def parity_steps(run: Run, policy: PaddlePolicy, model, optimizer, loss_function, batch: dict) -> dict:
     """The logits on the canonical weights, and after the parity steps (FAIRNESS.md: parity).
 
-    The steps run in eval mode (dropout is random, and frameworks' generators differ), unless
-    `steps_in_train_mode`: for a model without dropout whose operators keep what their backward
-    needs only in train mode (Paddle's rnn operator)."""
+    The steps run in train mode with every dropout layer in eval mode: dropout off (it is random,
+    and frameworks' generators differ), the rest in train mode, where Paddle keeps what a backward
+    needs (its rnn operator keeps nothing in eval mode; a converted forward's eval program has no
+    backward)."""
     run.set_parameter_count(parameter_count(model))
-    step = _train_step(policy, model, optimizer, loss_function)
+    step = _train_step(policy, policy.converted(model), optimizer, loss_function)
 
     def forward(x: np.ndarray) -> paddle.Tensor:
         model.eval()
@@ -249,8 +296,10 @@ def parity_steps(run: Run, policy: PaddlePolicy, model, optimizer, loss_function
             return model(to_device(x))
 
     def train_step(x: np.ndarray, y: np.ndarray) -> paddle.Tensor:
-        if steps_in_train_mode:
-            model.train()
+        model.train()
+        for layer in model.sublayers():
+            if isinstance(layer, (paddle.nn.Dropout, paddle.nn.Dropout2D, paddle.nn.Dropout3D)):
+                layer.eval()
         return step(x, y)
 
     return loop.parity_outputs(forward, train_step, batch, to_numpy=lambda logits: logits.numpy())
@@ -261,7 +310,7 @@ def parity_steps(run: Run, policy: PaddlePolicy, model, optimizer, loss_function
 def extract_features(run: Run, policy: PaddlePolicy, model, images: np.ndarray) -> None:
     """The warm pass, then the timed forward-only pass, with no gradients (FAIRNESS.md: eval-mode)."""
     run.set_parameter_count(parameter_count(model))
-    model.eval()  # batch norm on its moving statistics
+    model = policy.converted(model.eval())  # batch norm on its moving statistics; graph: converted in the warm-up
     with paddle.no_grad(), policy.autocast():
         loop.infer(run, images, lambda batch: model(to_device(batch)), to_host=to_host)
     run.record_peak_device_memory(_peak_device_memory_mb(policy))
@@ -269,7 +318,7 @@ def extract_features(run: Run, policy: PaddlePolicy, model, images: np.ndarray) 
 
 def parity_features(run: Run, policy: PaddlePolicy, model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
-    model.eval()
+    model = policy.converted(model.eval())
     with paddle.no_grad():
         return {"features": to_host(model(to_device(batch["x"])))}
 

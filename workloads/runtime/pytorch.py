@@ -15,16 +15,11 @@ temporary folder (never the home folder: every cell compiles cold, as a fresh ma
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import shutil
-import sysconfig
-import tempfile
 
 import numpy as np
 import torch
 
-from workloads.common import loop, modes, precision as precision_rules, scaffold
+from workloads.common import inductor, loop, modes, precision as precision_rules, scaffold, threads as thread_rules
 from workloads.common.harness import Policy, Run, Unsupported, no_wait
 from workloads.common.hyperparams import SEED
 
@@ -116,9 +111,10 @@ def select_device(run: Run, *, convolutions: bool = True, recurrent: bool = Fals
     if channels_last and not convolutions:
         raise Unsupported("channels_last lays out convolutions (NHWC); the GRU model has none")
     memory_format = torch.channels_last if channels_last and convolutions else torch.contiguous_format
-    compile_with, compiler = (_inductor(run), _compile_caches(device)) if run.mode == modes.COMPILED else (None, "")
+    compile_with, compiler = (_inductor(run), inductor.compile_caches(device.type)) if run.mode == modes.COMPILED \
+        else (None, "")
     torch.manual_seed(SEED)  # phrase: seeding
-    set_threads(run)
+    thread_rules.set_torch_threads(torch, run)
     if device.type == "cuda":
         run.declare_sync(torch.cuda.synchronize, "torch.cuda.synchronize: every kernel queued on the GPU's streams")  # phrase: device-sync
     else:
@@ -137,58 +133,12 @@ def select_device(run: Run, *, convolutions: bool = True, recurrent: bool = Fals
     return TorchPolicy(device, precision, memory_format, compile_with)
 
 
-def _compile_caches(device: torch.device) -> str:
-    """Point inductor's and Triton's caches into the cell's own temporary folder (each backend gives
-    a cell its own TMPDIR, removed after it), so no compiled kernel outlives the cell or comes from
-    another run; refuse the CPU's compiled mode where inductor would find no C++ compiler. What the
-    compiler is, for the "compiler" extra."""
-    scratch = tempfile.gettempdir()
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "torchinductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
-    caches = f"caches in the cell's temporary folder ({scratch})"
-    if device.type == "cuda":
-        return f"inductor: Triton kernels; {caches}"
-    cxx = os.environ.get("CXX") or "g++"  # what inductor's C++ builder runs on Linux
-    found = shutil.which(cxx)
-    if found is None:
-        raise Unsupported(f"torch.compile on the CPU needs a C++ compiler: {cxx} is not on PATH here")
-    headers = sysconfig.get_paths()["include"]  # each CPU kernel is built as a Python extension
-    if not os.path.isfile(os.path.join(headers, "Python.h")):
-        raise Unsupported(f"torch.compile on the CPU needs Python's C headers: no Python.h in {headers} "
-                          "(Debian: python3-dev)")
-    return f"inductor: C++/OpenMP kernels built by {found}; {caches}"
-
-
 def _inductor(run: Run):
-    """torch.compile's inductor backend, counting each graph it compiles in ``samples.traces``: a
-    graph of the same code and input shapes compiled twice is a recompilation, which the report
-    flags; the graphs a graph break splits a model into are counted apart."""
+    """torch.compile's inductor backend, counting each graph it compiles in ``samples.traces``
+    (workloads/common/inductor.py)."""
     from torch._inductor.compile_fx import compile_fx
 
-    seen: dict[str, str] = {}
-
-    def backend(graph: torch.fx.GraphModule, example_inputs):
-        shapes = [tuple(item.shape) for item in example_inputs if isinstance(item, torch.Tensor)]
-        identity = hashlib.sha256(f"{graph.code}{shapes}".encode()).hexdigest()
-        seen.setdefault(identity, f"torch.compile graph {len(seen) + 1}")
-        run.note_trace(seen[identity])
-        return compile_fx(graph, example_inputs)
-    return backend
-
-
-def set_threads(run: Run) -> None:
-    """The run's threads through PyTorch's own switches, read back (FAIRNESS.md: same-threads); the
-    inter-op pool takes its size only before it first runs (so: here, before any work). Keras on
-    torch sets them here too."""
-    torch.set_num_threads(run.threads)
-    note = ""
-    try:
-        torch.set_num_interop_threads(run.threads)
-    except RuntimeError as error:  # the pool already started in this process
-        note = f"the inter-op pool had started ({error})"
-    inter_op = torch.get_num_interop_threads()
-    run.record_threads(torch.get_num_threads(), inter_op, "torch.set_num_threads, torch.set_num_interop_threads",
-                       note if inter_op != run.threads else "")
+    return inductor.counting_backend(run, compile_fx)
 
 
 def _layout(channels_last: bool, convolutions: bool) -> str:

@@ -12,7 +12,7 @@ import sys
 import keras
 
 from workloads.common.harness import no_wait
-from workloads.common import threads as thread_rules
+from workloads.common import inductor, threads as thread_rules
 from workloads.common.threads import JAX_THREADS
 
 BACKEND = keras.backend.backend()  # "tensorflow", "jax" or "torch"
@@ -61,6 +61,15 @@ class _TensorFlow:
         if compiled:
             return True, "on: jit_compile=True, every train and predict step one XLA cluster (mode compiled)"
         return False, "off: jit_compile=False, tf.function graphs without XLA (mode graph, the default)"
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        return ""  # XLA: the "xla" extra says it all
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return None  # XLA compiles the GRU's scan (and Keras turns it off for cuDNN's GRU, recorded)
+
+    def batch(self, array):
+        return array  # numpy: the tf.function traces it as a tensor, by shape and dtype
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         info = self.tf.sysconfig.get_build_info()
@@ -121,6 +130,15 @@ class _Jax:
 
     def xla(self, compiled: bool) -> tuple[bool, str]:
         return True, "always: Keras' JAX backend compiles every train and predict step with jax.jit (XLA); no other mode"
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        return ""
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return None  # the GRU is a lax.scan, one loop in the compiled step
+
+    def batch(self, array):
+        return array  # TrainStep puts it on the device with the step's state (jax.device_put)
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         try:
@@ -186,8 +204,72 @@ class _Torch:
             return f"unreadable ({error})"
 
     def xla(self, compiled: bool) -> tuple[bool, str]:
-        return False, ("n/a: jit_compile=False, eager (with the torch backend jit_compile would mean torch.compile, "
-                       "which the PyTorch row does not use either; Keras' own 'auto' leaves it off)")
+        if compiled:
+            return True, ("n/a: no XLA on torch; jit_compile=True hands Keras' train and predict steps to torch.compile "
+                          "(inductor), compiled in the first step (mode compiled)")
+        return False, ("n/a: jit_compile=False, eager: no torch.compile (mode eager, the default; Keras' own 'auto' "
+                       "leaves it off too)")
+
+    def compiler(self, device: str, compiled: bool) -> str:
+        """The compiled mode's inductor: its caches in the cell's temporary folder, and the CPU's C++
+        compiler, or Unsupported without one (workloads/common/inductor.py, as the PyTorch row)."""
+        return inductor.compile_caches(device) if compiled else ""
+
+    def refuses_rnn(self, compiled: bool) -> str | None:
+        return TORCH_COMPILED_RNN if compiled else None
+
+    def compile_counted(self, run, model: keras.Model, step: str) -> None:
+        """Make Keras' ``step`` function ("train_step" or "predict_step") now, as jit_compile=True
+        makes it on torch (keras/src/backend/torch/trainer.py: torch.compile of its one-step
+        function, inductor, torch.compile's other defaults), with inductor counting the graphs it
+        compiles (samples.traces, "train_step graph 1", ...): Keras makes its one-step function with
+        jit_compile off for that one call, and it is compiled here. Nothing is compiled until the
+        function's first call (the first step, or the warm-up pass)."""
+        from torch._inductor.compile_fx import compile_fx
+
+        make, attribute = {"train_step": (model.make_train_function, "train_function"),
+                           "predict_step": (model.make_predict_function, "predict_function")}[step]
+        model.jit_compile = False
+        try:
+            make(force=True)
+        finally:
+            model.jit_compile = True
+        counted = inductor.counting_backend(run, compile_fx, f"{step} graph")
+        setattr(model, attribute, self.torch.compile(getattr(model, attribute), backend=counted))
+        if step == "train_step":
+            # Keras' torch train_step starts with zero_grad(), whose TorchDynamo guards check whether each
+            # gradient is None: None before the first step only, so the second step would compile the
+            # step again, outside the first step's time (FAIRNESS.md: warm-up-apart). Zero gradients
+            # before the first step, as every later step finds the last one's; zero_grad() drops them
+            # at once, so no number changes.
+            for variable in model.trainable_weights:
+                variable.value.grad = self.torch.zeros_like(variable.value)
+
+    def record_dynamo(self, run) -> None:
+        """What TorchDynamo made of the compiled steps (extras "torch_compile"), from its own counters
+        after the run: the Python frames it compiled of those it was handed, why it left others
+        eager (e.g. its recompile limit), and where it broke a graph (the call it broke at runs
+        eagerly between two graphs: Tensor.backward(), the fused optimizer). Said, not silently
+        substituted (FAIRNESS.md: modes-compared)."""
+        from torch._dynamo.utils import counters
+
+        def kinds(counter) -> str:
+            found: dict = {}
+            for reason, count in counter.items():
+                kind = next((line.strip() for line in str(reason).splitlines() if line.strip()), "?")[:100]
+                found[kind] = found.get(kind, 0) + count
+            return "; ".join(f"{kind} (x{count})" for kind, count in sorted(found.items(), key=lambda item: -item[1]))
+
+        frames = counters["frames"]
+        run.set_provenance(extras={"torch_compile": (
+            f"TorchDynamo compiled {frames['ok']} of the {frames['total']} Python frames it was handed; "
+            f"frames left eager: {kinds(counters['unimplemented']) or 'none'}; "
+            f"graph breaks: {kinds(counters['graph_break']) or 'none'}")})
+
+    def batch(self, array):
+        """A numpy batch as a tensor on Keras' device, before it reaches Keras' step: torch.compile
+        cannot trace numpy arrays (a graph break at ndarray.dtype); eager Keras converts it first too."""
+        return keras.ops.convert_to_tensor(array)
 
     def cuda_versions(self) -> tuple[str | None, str | None]:
         return self.torch.version.cuda, str(self.torch.backends.cudnn.version())
@@ -204,13 +286,21 @@ class _Torch:
         return self.torch.cuda.max_memory_allocated() / 2**20
 
     def set_threads(self, run) -> None:
-        from workloads.runtime.pytorch import set_threads
-        set_threads(run)
+        thread_rules.set_torch_threads(self.torch, run)
 
     def data_format(self, device: str) -> str:
         # torch convolutions are NCHW; with channels_last Keras transposes around every layer.
         return "channels_first"
 
+
+# Why Keras on torch refuses the GRU in its compiled mode: while torch.compile traces, Keras' torch gru
+# skips cuDNN (torch.compiler.is_compiling()) for its Python loop over the time steps, which TorchDynamo
+# unrolls into one graph. Measured with Keras 3.15.1 and PyTorch 2.13 on a 2-core CPU shared with
+# other work: with 20 of the workload's 150 steps the first train step took about 3 minutes (the predict
+# step 1.5 more); with all 150 the first train step had not finished compiling after 10 minutes.
+TORCH_COMPILED_RNN = ("torch.compile does not compile this model in reasonable time: under torch.compile Keras' "
+                      "torch GRU is its Python loop over the time steps (it skips cuDNN while compiling), which "
+                      "TorchDynamo unrolls into one graph (over 10 minutes of compilation for the 150 steps)")
 
 FACTS = {"tensorflow": _TensorFlow, "jax": _Jax, "torch": _Torch}[BACKEND]()
 last_outputs: list = [None]  # what the last JAX step returned, for run.sync

@@ -26,11 +26,18 @@ class KerasPolicy(Policy):
         super().__init__(device, precision)
         self.data_format = FACTS.data_format(device)
         self.dtype_policy = _POLICIES[precision]
-        self.jit_compile = jit_compile  # compile()'s: XLA on JAX always, on TensorFlow in the compiled mode
+        # compile()'s: XLA on JAX always, on TensorFlow in the compiled mode; torch.compile on torch in it
+        self.jit_compile = jit_compile
 
 
-def select_device(run: Run) -> KerasPolicy:
-    """Pick the device, refuse what it cannot do (before any work), set the global switches."""
+def select_device(run: Run, *, recurrent: bool = False) -> KerasPolicy:
+    """Pick the device, refuse what it cannot do (before any work), set the global switches.
+    ``recurrent``: whether the model holds an RNN layer, which the compiled mode on torch refuses
+    (backends.TORCH_COMPILED_RNN), as the PyTorch row's compiled mode does."""
+    compiled = run.mode == modes.COMPILED
+    refused = FACTS.refuses_rnn(compiled) if recurrent else None
+    if refused:
+        raise Unsupported(refused)
     FACTS.set_threads(run)  # before the backend's runtime starts (TensorFlow's pools take their size then)
     has_gpu = bool(FACTS.gpus())
     if run.requested_device == "cuda" and not has_gpu:
@@ -40,9 +47,11 @@ def select_device(run: Run) -> KerasPolicy:
     precision_rules.check("keras", precision, device, FACTS.capability() if device == "cuda" else None)
     FACTS.use(device)
     selected_device[0] = device
-    # XLA: the compiled mode on TensorFlow (never Keras' "auto", which turns XLA on whenever TensorFlow
-    # sees a GPU, even for a CPU cell), always on JAX, never on torch: recorded with the reason.
-    jit_compile, xla = FACTS.xla(run.mode == modes.COMPILED)
+    # jit_compile: XLA in the compiled mode on TensorFlow (never Keras' "auto", which turns XLA on
+    # whenever TensorFlow sees a GPU, even for a CPU cell), always on JAX; torch.compile in the compiled
+    # mode on torch: recorded with the reason (and the compiler: inductor's, its caches in the cell's folder).
+    jit_compile, xla = FACTS.xla(compiled)
+    compiler = FACTS.compiler(device, compiled)
     policy = KerasPolicy(device, precision, jit_compile)
     if device == "cuda":
         FACTS.set_tf32(precision == "tf32")  # fp32 means true fp32
@@ -59,7 +68,8 @@ def select_device(run: Run) -> KerasPolicy:
         gpu_name=FACTS.gpu_name() if device == "cuda" else None,
         extras={"keras_backend": BACKEND, "layout": policy.data_format, "xla": xla,
                 "dtype_policy": policy.dtype_policy, "tf32": _tf32_reported(device),
-                "autotune": FACTS.autotune if device == "cuda" else "none (CPU)"},
+                "autotune": FACTS.autotune if device == "cuda" else "none (CPU)",
+                **({"compiler": compiler} if compiler else {})},
     )
     return policy
 
@@ -88,22 +98,30 @@ def record_compiled(run: Run, policy: KerasPolicy, model: keras.Model) -> None:
         extras["xla"] = ("off: XLA was asked for, but Keras turned jit_compile off (a layer of this model "
                          "cannot be compiled by XLA, e.g. cuDNN's GRU)")
     if getattr(model, "optimizer", None) is not None:
+        compiled = ("compiled by torch.compile in the first step, each graph counted (samples.traces)"
+                    if BACKEND == "torch" else "traced once per input shape (samples.traces)")
         extras["train_step"] = ("Keras' train_function, loss kept on the device (TrainStep); "
-                                + ("traced once per input shape (samples.traces)" if compiles_steps(model)
+                                + (compiled if compiles_steps(model)
                                    else "eager: train_step runs in Python every step, nothing is traced"))
         extras["optimizer"] = describe_optimizer(model.optimizer)
     run.set_provenance(extras=extras)
 
 
 def compiles_steps(model: keras.Model) -> bool:
-    """Whether Keras traces the model's steps (tf.function, jax.jit) rather than running them eagerly."""
-    return BACKEND in ("tensorflow", "jax") and not model.run_eagerly
+    """Whether Keras traces the model's steps (tf.function, jax.jit; torch.compile with jit_compile on
+    torch) rather than running them eagerly."""
+    return not model.run_eagerly and (BACKEND in ("tensorflow", "jax") or bool(model.jit_compile))
 
 
 def count_traces(run: Run, model: keras.Model, step: str) -> None:
-    """Wrap the model's ``train_step`` or ``predict_step`` so that each trace of Keras' compiled
-    function calls ``run.note_trace``: the wrapper's body runs only while tf.function or jax.jit
-    traces. Before Keras makes the function (it binds the step then)."""
+    """Count each trace of Keras' compiled ``train_step`` or ``predict_step`` with ``run.note_trace``.
+    TensorFlow and JAX: the step is wrapped, and the wrapper's body runs only while tf.function or
+    jax.jit traces (before Keras makes the function: it binds the step then). Torch: TorchDynamo
+    would replay a Python side effect on every call, so inductor counts the graphs it compiles
+    instead (the backend's compile_counted)."""
+    if BACKEND == "torch":
+        FACTS.compile_counted(run, model, step)
+        return
     original = getattr(model, step)
 
     def counted(*args, **kwargs):

@@ -6,7 +6,7 @@ import numpy as np
 
 from workloads.common import loop
 from workloads.common.harness import Run
-from workloads.runtime.keras.backends import BACKEND, last_outputs
+from workloads.runtime.keras.backends import BACKEND, FACTS, last_outputs
 from workloads.runtime.keras.device import (KerasPolicy, compiles_steps, count_traces, parameter_count,
                                             record_compiled, record_peak_memory)
 
@@ -22,7 +22,8 @@ class TrainStep:
     compile()'s jit_compile), after the same metric reset, so the returned loss is this batch's.
     On JAX, whose train_function is stateless, the state is carried from step to step and written
     back to the model's variables by `sync_weights()`, as Keras' own fit() does once per epoch.
-    The first call is train_on_batch itself: it builds the model and the function.
+    The first call is train_on_batch itself: it builds the model and the function (on torch in
+    the compiled mode the function is made, not compiled, before: count_traces).
 
     The optimizer's variables are built here, before the first step: TensorFlow's Keras would create
     them inside the first trace of the train function, and a tf.function that creates variables
@@ -32,6 +33,7 @@ class TrainStep:
 
     def __init__(self, model: keras.Model, run: Run | None = None):
         self.model = model
+        self.started = False  # the first call is train_on_batch
         self.state = None  # JAX only: (trainable, non-trainable, optimizer, metrics) variables
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)  # as Keras' own symbolic build would
@@ -40,7 +42,9 @@ class TrainStep:
 
     def __call__(self, x: np.ndarray, y: np.ndarray):  # phrase: train-step
         model = self.model
-        if model.train_function is None:
+        x, y = FACTS.batch(x), FACTS.batch(y)
+        if not self.started:
+            self.started = True
             return np.float32(model.train_on_batch(x, y))
         if BACKEND == "jax":
             return self._jax_step(x, y)
@@ -86,7 +90,26 @@ class TrainStep:
 
 def count_correct(model: keras.Model, inputs: np.ndarray, labels: np.ndarray) -> int:  # phrase: eval-mode
     """predict_on_batch: inference mode, dropout off (FAIRNESS.md: eval-mode); it returns numpy."""
-    return int((model.predict_on_batch(inputs).argmax(axis=1) == labels).sum())
+    return int((predict(model, inputs).argmax(axis=1) == labels).sum())
+
+
+def count_torch_predict_traces(run: Run, model: keras.Model) -> None:
+    """On torch in the compiled mode, Keras' predict function is made here, its graphs counted
+    (count_traces), before its first call. TensorFlow and JAX count the training step's traces and
+    ResNet-50's predict step only (their predict functions trace once per shape as well)."""
+    if BACKEND == "torch" and compiles_steps(model):
+        count_traces(run, model, "predict_step")
+
+
+def record_dynamo(run: Run, model: keras.Model) -> None:
+    """On torch in the compiled mode, what TorchDynamo compiled and what it left eager (extras "torch_compile")."""
+    if BACKEND == "torch" and compiles_steps(model):
+        FACTS.record_dynamo(run)
+
+
+def predict(model: keras.Model, inputs: np.ndarray) -> np.ndarray:
+    """``model.predict_on_batch`` on a numpy batch (a tensor on torch, which compiles no numpy)."""
+    return model.predict_on_batch(FACTS.batch(inputs))
 
 
 def train_and_evaluate(run: Run, policy: KerasPolicy, model: keras.Model, data) -> None:
@@ -94,12 +117,14 @@ def train_and_evaluate(run: Run, policy: KerasPolicy, model: keras.Model, data) 
     step), then evaluate it on the test set."""
     with run.phase("model_build"):
         train_step = TrainStep(model, run)
+        count_torch_predict_traces(run, model)  # the evaluation's, compiled on its first batch
     run.set_parameter_count(parameter_count(model))
     record_compiled(run, policy, model)
     # JAX: each epoch's state is written back into the model's variables after its clock stops
     loop.train(run, data, train_step, end_epoch=train_step.sync_weights)
     loop.evaluate(run, data, lambda inputs, labels: count_correct(model, inputs, labels))
     record_peak_memory(run, policy)
+    record_dynamo(run, model)
 
 
 def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
@@ -107,10 +132,11 @@ def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict)
     step (train_on_batch first, then the fast path)."""
     run.set_parameter_count(parameter_count(model))
     train_step = TrainStep(model, run)
+    count_torch_predict_traces(run, model)
 
     def forward(inputs):
         train_step.sync_weights()  # JAX: the steps' state back into the model (none yet: a no-op)
-        return model.predict_on_batch(inputs)
+        return predict(model, inputs)
 
     return loop.parity_outputs(forward, train_step, batch)
 
@@ -118,7 +144,8 @@ def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict)
 def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: np.ndarray) -> None:
     """ResNet-50's timed inference. predict_on_batch: inference mode (batch norm on its moving
     statistics), no gradients (FAIRNESS.md: eval-mode), compiled (XLA on JAX, and on TensorFlow with
-    the compiled mode; a tf.function on TensorFlow otherwise; eager under torch.no_grad on PyTorch); it
+    the compiled mode; a tf.function on TensorFlow otherwise; on torch torch.compile in the compiled
+    mode, else eager under torch.no_grad); it
     converts the features to numpy itself (backend.convert_to_numpy), so each batch ends on the host;
     ``to_host`` states it (keras.ops.convert_to_numpy, a no-op on numpy)."""
     run.set_parameter_count(parameter_count(model))
@@ -126,11 +153,13 @@ def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: 
     if compiles_steps(model):
         count_traces(run, model, "predict_step")
     record_compiled(run, policy, model)
-    loop.infer(run, images, model.predict_on_batch, to_host=keras.ops.convert_to_numpy)
+    loop.infer(run, images, lambda batch: predict(model, batch), to_host=keras.ops.convert_to_numpy)
     record_peak_memory(run, policy)
+    record_dynamo(run, model)
 
 
 def parity_features(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict) -> dict:
     run.set_parameter_count(parameter_count(model))
     model.jit_compile = policy.jit_compile
-    return {"features": keras.ops.convert_to_numpy(model.predict_on_batch(batch["x"]))}
+    count_torch_predict_traces(run, model)
+    return {"features": keras.ops.convert_to_numpy(predict(model, batch["x"]))}
