@@ -1,11 +1,11 @@
 """PaddlePaddle's runtime for the three Paddle workloads: the device policy and the loops, written once.
 
-The workloads run Paddle's dynamic graph (its default mode since 2.0, eager like PyTorch). On a GPU
-its kernels are queued on a CUDA stream, so `run.sync` is `paddle.device.synchronize`; on the CPU
-its kernels run before the call returns (in both modes). Three defaults differ from PyTorch's; each is handled here:
-Paddle's import pins the CPU math libraries to ONE thread (it sets OMP_NUM_THREADS=1 when unset),
-its CUDA build computes fp32 matmuls and convolutions in TF32 on Ampere and newer, and its
-dynamic-graph AMP leaves CPU kernels in float32 (so fp16 / bf16 need a GPU).
+The workloads are written for Paddle's dynamic graph (its default mode since 2.0, eager like PyTorch).
+On a GPU its kernels are queued on a CUDA stream, so `run.sync` is `paddle.device.synchronize`; on
+the CPU they run before the call returns (in both modes). Three defaults differ from PyTorch's; each
+is handled here: Paddle's import pins the CPU math libraries to ONE thread (it sets OMP_NUM_THREADS=1
+when unset), its CUDA build computes fp32 matmuls and convolutions in TF32 on Ampere and newer, and
+its dynamic-graph AMP leaves CPU kernels in float32 (so fp16 / bf16 need a GPU).
 
 The cell's mode (workloads/common/modes.py) is eager (the default: nothing traced, every operator
 dispatched from Python) or graph: `policy.converted(model)` converts the model's forward with
@@ -13,9 +13,9 @@ dispatched from Python) or graph: `policy.converted(model)` converts the model's
 mode and input shape, built on its first call (the first training step or the warm-up pass,
 FAIRNESS.md: warm-up-apart) and counted in `samples.traces`; Paddle derives the backward as a
 program too, and the optimizer's update stays eager (Paddle's to_static cannot convert `backward()`
-or the optimizer's step). The framework option `channels_last`
-(workloads/common/options.py) runs the convolutions, pools and batch norms NHWC (`data_format="NHWC"`;
-the input batch arrives NCHW and is transposed once per batch, inside the model's forward).
+or the optimizer's step). The framework option `channels_last` (workloads/common/options.py) runs
+the convolutions, pools and batch norms NHWC (`data_format="NHWC"`; the input batch arrives NCHW and
+is transposed once per batch, inside the model's forward).
 
 `select_device(run)` returns a `PaddlePolicy` (device, precision, layout, autocast, loss scaler);
 `train_and_evaluate`, `parity_steps`, `extract_features` and `parity_features` run a workload's

@@ -144,10 +144,10 @@ def parity_steps(run: Run, policy: KerasPolicy, model: keras.Model, batch: dict)
 def extract_features(run: Run, policy: KerasPolicy, model: keras.Model, images: np.ndarray) -> None:
     """ResNet-50's timed inference. predict_on_batch: inference mode (batch norm on its moving
     statistics), no gradients (FAIRNESS.md: eval-mode), compiled (XLA on JAX, and on TensorFlow with
-    the compiled mode; a tf.function on TensorFlow otherwise; on torch torch.compile in the compiled
-    mode, else eager under torch.no_grad); it
-    converts the features to numpy itself (backend.convert_to_numpy), so each batch ends on the host;
-    ``to_host`` states it (keras.ops.convert_to_numpy, a no-op on numpy)."""
+    the compiled mode; a tf.function on TensorFlow otherwise; torch.compile on torch in the compiled
+    mode, else eager under torch.no_grad); it converts the features to numpy itself
+    (backend.convert_to_numpy), so each batch ends on the host; ``to_host`` states it
+    (keras.ops.convert_to_numpy, a no-op on numpy)."""
     run.set_parameter_count(parameter_count(model))
     model.jit_compile = policy.jit_compile  # the model is not compiled: set what compile() would
     if compiles_steps(model):
