@@ -231,12 +231,17 @@ def second_modes() -> dict[str, list[str]]:
             if len(modes.declared(name)) > 1 and name != "pytorch"}
 
 
-@pytest.mark.xdist_group("e2e-second-modes")  # long: a group of its own
-def test_every_frameworks_other_modes_run_the_smoke_matrix_and_pass_parity(tmp_path):
+SECOND_MODE_SHARDS = 2  # long runs: two groups of their own, which the two CI workers can share
+
+
+@pytest.mark.parametrize("shard", [pytest.param(shard, marks=pytest.mark.xdist_group(f"e2e-second-modes-{shard}"))
+                                   for shard in range(SECOND_MODE_SHARDS)])
+def test_every_frameworks_other_modes_run_the_smoke_matrix_and_pass_parity(tmp_path, shard):
     """docs/FAIRNESS.md, modes-compared: each framework's modes beyond its default (XLA for
     TensorFlow and Keras on TensorFlow, torch.compile for Keras on torch, paddle.jit.to_static for
-    Paddle) run here on the CPU, traced once, and pass parity (a refused cell, REFUSED, says why)."""
-    chosen = second_modes()
+    Paddle, MXNet's and MindSpore's eager) run here on the CPU, traced once, and pass parity (a
+    refused cell, REFUSED, says why); every other framework in each shard."""
+    chosen = dict(list(second_modes().items())[shard::SECOND_MODE_SHARDS])
     assert chosen, "no Python framework declares a second mode"
     tables = "".join(f'[frameworks.{name}]\nvariants = ["cpu"]\nmodes = {json.dumps(more)}\n'
                      for name, more in chosen.items())
