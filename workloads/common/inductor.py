@@ -10,6 +10,7 @@ is imported here (standard library only, Python 3.6: every image carries workloa
 image imports only numpy and its one framework).
 """
 import hashlib
+import importlib.util
 import os
 import shutil
 import sysconfig
@@ -33,6 +34,9 @@ def compile_caches(device_type):
     found = shutil.which(cxx)
     if found is None:
         raise Unsupported("torch.compile on the CPU needs a C++ compiler: {} is not on PATH here".format(cxx))
+    if importlib.util.find_spec("setuptools") is None:  # torch.utils.cpp_extension imports it
+        raise Unsupported("torch.compile on the CPU needs setuptools, which torch.utils.cpp_extension imports: "
+                          "it is not installed in this environment")
     headers = sysconfig.get_paths()["include"]  # each CPU kernel is built as a Python extension
     if not os.path.isfile(os.path.join(headers, "Python.h")):
         raise Unsupported("torch.compile on the CPU needs Python's C headers: no Python.h in {} "
