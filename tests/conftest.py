@@ -212,8 +212,8 @@ def pytest_collection_modifyitems(items):
 
 
 # measured in CI, longest first (each group's tests run one after another on one worker)
-LONGEST_GROUPS = ("docker-engine", "e2e-second-modes-0", "e2e-second-modes-1", "e2e-every-framework", "test_e2e",
-                  "e2e-other-pythons", "test_languages")
+LONGEST_GROUPS = ("docker-engine", "e2e-second-modes-0", "e2e-every-framework-0", "e2e-every-framework-1",
+                  "e2e-second-modes-1", "test_e2e", "e2e-other-pythons", "test_languages")
 
 
 def _group(item) -> str:

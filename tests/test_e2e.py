@@ -197,14 +197,19 @@ def cpu_frameworks() -> list[str]:
             and framework.language == frameworks.PYTHON]
 
 
-@pytest.mark.xdist_group("e2e-every-framework")  # long: a group of its own (tests/conftest.py)
-def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path):
+EVERY_FRAMEWORK_SHARDS = 2  # the longest run: two groups of their own, which the two CI workers can share
+
+
+@pytest.mark.parametrize("shard", [pytest.param(shard, marks=pytest.mark.xdist_group(f"e2e-every-framework-{shard}"))
+                                   for shard in range(EVERY_FRAMEWORK_SHARDS)])
+def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path, shard):
     """Every registered framework, each in its own environment and its default mode: an ok cell per
     workload it implements, and its outputs on the canonical weights within tolerance of PyTorch's
-    (each framework's other modes: the next test)."""
+    (each framework's other modes: the next test); every other framework in each shard."""
     from orchestrator import frameworks
 
-    names = cpu_frameworks()
+    names = cpu_frameworks()[shard::EVERY_FRAMEWORK_SHARDS]
+    assert names, "no Python framework to run"
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--variants", "cpu",
                "--frameworks", ",".join(names), "--modes", "default", "--profile", "smoke", "--data", "synthetic",
                "--no-report", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "smoke"),
@@ -231,7 +236,7 @@ def second_modes() -> dict[str, list[str]]:
             if len(modes.declared(name)) > 1 and name != "pytorch"}
 
 
-SECOND_MODE_SHARDS = 2  # long runs: two groups of their own, which the two CI workers can share
+SECOND_MODE_SHARDS = 2  # as EVERY_FRAMEWORK_SHARDS
 
 
 @pytest.mark.parametrize("shard", [pytest.param(shard, marks=pytest.mark.xdist_group(f"e2e-second-modes-{shard}"))

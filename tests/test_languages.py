@@ -418,7 +418,7 @@ def test_the_r_row_runs_three_ok_smoke_cells_on_the_local_backend(tmp_path):
 @pytest.mark.e2e
 def test_the_r_row_passes_parity_with_pytorch(tmp_path):
     """In its default mode (graph): the compiled mode is the same Keras on TensorFlow that
-    test_e2e's every-framework test checks in both modes, reached from Python."""
+    test_e2e's every-framework and second-mode tests check in both modes, reached from Python."""
     require_rscript()
     command = [sys.executable, "-m", "orchestrator", "parity", "--backend", "local", "--frameworks", "pytorch,r-keras",
                "--modes", "default", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity"),
