@@ -51,6 +51,7 @@ def test_every_framework_renders_a_complete_dockerfile(name):
         assert f'--find-links /build/wheels "uv=={dockerfiles.UV_VERSION}"' in text
         assert "/opt/venv/bin/uv pip install --no-cache --python /opt/venv/bin/python --index-strategy " \
                "unsafe-best-match" in text and "export SSL_CERT_FILE=/build/ca-bundle.crt" in text
+        assert "--compile-bytecode --find-links /build/wheels" in text  # the non-root user cannot write .pyc files
         assert "uninstall --yes --quiet uv " in uninstall  # uv never reaches the image
     # the build context carries exactly this text
     files = images.context_files(framework, default, images.BuildOptions())

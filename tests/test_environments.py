@@ -104,6 +104,9 @@ def test_an_environment_takes_its_packages_from_the_wheel_folder_pips_config_nam
                                         label="probe/cpu")
     used = environments.build(request, tmp_path / "build.log", installer=installer)
     assert used == installer, (tmp_path / "build.log").read_text()
+    # each module's bytecode written at install, by either installer: a cell never writes it
+    # (PYTHONDONTWRITEBYTECODE), so without it every cell would compile its framework again on import
+    assert list((tmp_path / "venv").glob("lib/python*/site-packages/__pycache__/rosettaprobe.*.pyc"))
     version = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", "import rosettaprobe; "
                               "print(rosettaprobe.VERSION)"], capture_output=True, text=True, check=True).stdout
     assert version.strip() == "1.0"

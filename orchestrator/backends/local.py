@@ -40,6 +40,11 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "SSL_CERT_DI
                    "no_proxy", "CUDA_VISIBLE_DEVICES", "ROSETTA_OFFLINE", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 
 
+# What an environment holds beyond its pins, in its folder's name: a change here builds each anew
+# (2: every module's bytecode written at install; see environments._uv_steps).
+ENVIRONMENT_LAYOUT = "2"
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get("ROSETTA_CACHE_DIR") or Path.home() / ".cache" / "rosetta-bench")
 
@@ -96,7 +101,7 @@ class LocalBackend(Backend):
     def environment_dir(self, variant: Variant, framework: str) -> Path:
         if not variant.requirements.is_file():
             raise UserError(f"{variant.requirements} is missing: every variant needs its pinned requirements")
-        digest = hashlib.sha256()
+        digest = hashlib.sha256(ENVIRONMENT_LAYOUT.encode())
         digest.update(variant.requirements.read_bytes())
         if variant.build_constraints:
             digest.update(variant.build_constraints.read_bytes())
