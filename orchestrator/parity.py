@@ -174,7 +174,7 @@ def write_files(comparisons: list[Comparison], folder: Path) -> None:
 
 
 # neither passed nor failed: no reference to compare with, or a cell its framework cannot run (a
-# recorded status, docs/RUN-GUARANTEES.md), such as the reference's compiled GRU
+# recorded status, docs/RUN-GUARANTEES.md), such as Keras on torch's compiled GRU
 NOT_JUDGED = (NOT_CHECKED, "unsupported")
 
 

@@ -266,12 +266,12 @@ def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_
 
 
 def test_an_unsupported_parity_cell_is_not_checked_and_fails_nothing():
-    """The `parity` command's exit status follows its counts: an unsupported cell (the reference's
+    """The `parity` command's exit status follows its counts: an unsupported cell (Keras on torch's
     compiled GRU) is "not checked", so it neither passes nor fails the check."""
     from orchestrator.parity import FAIL, PASS, Comparison, counts, failures
 
     def comparison(status):
-        return Comparison("gru", "pytorch", status, 1, 1, {})
+        return Comparison("gru", "keras-torch (compiled)", status, 1, 1, {})
 
     passed, unsupported, failed = comparison(PASS), comparison("unsupported"), comparison(FAIL)
     assert failures([passed, unsupported]) == [] and counts([passed, unsupported]) == "1 passed, 0 failed, 1 not checked"

@@ -31,8 +31,8 @@ def smoke_run(tmp_path_factory):
     return results, completed
 
 
-# the workloads PyTorch's compiled mode runs (the GRU's nn.GRU is refused: runtime.NOT_COMPILED_RNN)
-MODE_WORKLOADS = {"eager": ["cnn", "gru", "resnet50"], "compiled": ["cnn", "resnet50"]}
+# the workloads each of PyTorch's modes runs (the compiled GRU: runtime.StepCompiledGRU)
+MODE_WORKLOADS = {"eager": ["cnn", "gru", "resnet50"], "compiled": ["cnn", "gru", "resnet50"]}
 
 
 def ok_cells(results: Path, mode: str) -> dict:
@@ -80,7 +80,8 @@ def test_ok_cells_with_sane_metrics_in_each_mode(smoke_run, mode):
 def test_the_compiled_rows_ran_torch_compile_with_their_caches_in_the_cells_own_folder(smoke_run):
     """docs/FAIRNESS.md, modes-compared: the compiled rows are torch.compile (inductor) on the CPU
     with the machine's C++ compiler, each graph compiled once, compilation in the first step (or
-    the warm-up pass), caches in the cell's temporary folder, never the home folder; and parity
+    the warm-up pass), caches in the cell's temporary folder, never the home folder; the GRU a
+    Python loop over one compiled step (its grad and no-grad graphs each compiled once); and parity
     holds in the compiled mode too."""
     results, _ = smoke_run
     ok, eager = ok_cells(results, "compiled"), ok_cells(results, "eager")
@@ -94,10 +95,12 @@ def test_the_compiled_rows_ran_torch_compile_with_their_caches_in_the_cells_own_
         assert "compiler" not in eager[workload].provenance.extras and eager[workload].samples.traces == {}
     # compilation lands in the first step, timed apart
     assert ok["cnn"].samples.first_step_s > max(ok["cnn"].samples.batch_times_s[1:])
-    [gru] = [Result.read(path) for path in (results / "cells").glob("pytorch__cpu__gru__fp32__compiled__*.json")]
-    assert gru.status == "unsupported" and gru.reason.startswith("torch.compile does not compile this model")
+    assert ok["gru"].samples.first_step_s > max(ok["gru"].samples.batch_times_s[1:])
+    assert ok["gru"].provenance.extras["gru_kernel"].startswith(
+        "compiled-step: a Python loop over 150 time steps of one torch.compile'd (inductor) GRU step"), ok["gru"]
+    assert eager["gru"].provenance.extras["gru_kernel"].startswith("fused-cpu: ")
     table = (results / "parity" / "parity.md").read_text()
-    assert table.count("| pytorch (compiled) | cpu |") >= 2 and "FAIL" not in table, table
+    assert table.count("| pytorch (compiled) | cpu |") >= 3 and "FAIL" not in table, table
 
 
 def test_cuda_variant_is_recorded_not_crashed(smoke_run):
@@ -131,12 +134,13 @@ def test_report_rendered(smoke_run):
     for title in ("CNN", "ResNet-50", "GRU"):
         assert title in markdown
     assert markdown.count("| pytorch \\[eager") >= 3 and markdown.count("| pytorch \\[compiled\\] | cpu | fp32 |") == 2
+    assert markdown.count("| pytorch \\[compiled, gru=compiled-step\\] | cpu | fp32 |") == 1
     assert "Published reference" in markdown and "K80" in markdown
     assert html.count('<figure class="chart">') == 3 and "<script" not in html
-    # one result row per workload and mode (the compiled GRU is unsupported; the GRU's rows name their
-    # kernel too), each with its achieved FLOP/s and its % of the CPU's peak, which the run's probe measured
+    # one result row per workload and mode (the GRU's rows name their kernel too), each with its
+    # achieved FLOP/s and its % of the CPU's peak, which the run's probe measured
     rows = [line for line in markdown.splitlines() if line.startswith("| pytorch") and "| cpu | fp32 |" in line]
-    assert len(rows) == 5, rows
+    assert len(rows) == 6, rows
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         flops = next(index for index, cell in enumerate(cells) if cell.endswith("FLOP/s"))
@@ -157,13 +161,17 @@ def test_the_cpu_peak_is_measured_once_and_recorded_with_how(smoke_run):
 
 def test_resume_skips_finished_cells(smoke_run):
     results, _ = smoke_run
+    before = [Result.read(path) for path in (results / "cells").glob("*.json")]
+    finished, refused = sum(r.status == "ok" for r in before), sum(r.status == "unsupported" for r in before)
+    assert finished >= 6 and finished + refused == len(before)  # every CPU cell ok, the compiled GRU included
     command = [sys.executable, "-m", "orchestrator", "run-matrix", "--backend", "local", "--frameworks", "pytorch",
-               "--variants", "cpu", "--profile", "smoke", "--data", "synthetic", "--results-dir", str(results),
-               "--resume"]
+               "--profile", "smoke", "--data", "synthetic", "--results-dir", str(results), "--resume"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr
-    # the ok cells are skipped; the unsupported compiled GRU is asked again (it says why again)
-    assert "5 cell(s) already ok, 1 to run" in completed.stderr and "1 unsupported" in completed.stderr
+    # the ok cells are skipped; an unsupported one (a CUDA cell on a host without a GPU) is asked
+    # again, and says why again
+    assert f"{finished} cell(s) already ok, {refused} to run" in completed.stderr, completed.stderr
+    assert f"0 ok, {refused} unsupported, 0 failed, {finished} already done" in completed.stderr, completed.stderr
 
 
 def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
@@ -224,8 +232,8 @@ def test_every_framework_runs_the_smoke_matrix_and_passes_parity(tmp_path, shard
     assert_parity_passed(tmp_path / "smoke", names)
 
 
-# The cells a framework's other mode refuses, as PyTorch's compiled GRU is refused: (framework, mode,
-# workload) -> the start of the reason its cell records (workloads/runtime/keras/backends.py: TORCH_COMPILED_RNN).
+# The cells a framework's other mode refuses: (framework, mode, workload) -> the start of the reason its
+# cell records (Keras on torch's compiled GRU: workloads/runtime/keras/backends.py, TORCH_COMPILED_RNN).
 REFUSED = {("keras-torch", "compiled", "gru"): "torch.compile does not compile this model in reasonable time"}
 
 

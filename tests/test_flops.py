@@ -60,9 +60,11 @@ def test_the_counts_match_pytorchs_flop_counter_on_the_real_models():
         from workloads.cnn.pytorch import VGGStyleCNN
         from workloads.gru.pytorch import GRUClassifier
         from workloads.resnet50.pytorch import ResNet50Features
+        from workloads.runtime.pytorch import TorchPolicy
+        eager = TorchPolicy(torch.device("cpu"), "fp32")  # the eager model: nn.GRU
         counted = {}
         for name, model in (("cnn", VGGStyleCNN(declaration.get("cnn").settings())),
-                            ("gru", GRUClassifier(declaration.get("gru").settings())),
+                            ("gru", GRUClassifier(declaration.get("gru").settings(), eager)),
                             ("resnet50", ResNet50Features())):
             s, batch = declaration.get(name).settings(), 2
             x = (torch.randint(0, s.vocabulary, (batch, s.sequence_length)) if name == "gru"

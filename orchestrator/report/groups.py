@@ -27,7 +27,8 @@ PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16")
 CONFIGURATION = ["workload", "framework", "variant", "precision", "mode", "profile", "data", "options", "init"]
 
 # The GRU kernel a result records (extras["gru_kernel"]) starts with its kind: "cudnn: ...",
-# "scan: ...", "fused-cpu: ..."; a fallback is recorded as "cudnn: ... | then: python-loop: ...".
+# "scan: ...", "fused-cpu: ...", "compiled-step: ..."; a fallback is recorded as
+# "cudnn: ... | then: python-loop: ...".
 # Only that kind, a short lower-case word, names the row: the record comes from the cell, so the
 # rest is never put in a name (docs/RUN-GUARANTEES.md, the trust model).
 KERNEL_KIND = re.compile(r"\s*([a-z][a-z0-9-]{0,23})\s*(?::|$)")

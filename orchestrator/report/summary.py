@@ -81,8 +81,8 @@ def notes() -> list[str]:
         f"step and at least {checks.SLOW_STEP_EXTRA_S * 1000:g} ms more than it (each epoch's last step, which "
         f"waits for the device, left out) flags the row \"retrace/recompile suspected\"; a compiled function "
         f"traced more than once is shown with its count. Flags do not keep a row out of the ranking.",
-        "A GRU row's name says which kernel ran (gru=cudnn, scan, fused-cpu, python-loop, as the framework "
-        "recorded it): rows with different kernels share a ranking, and their names say so.",
+        "A GRU row's name says which kernel ran (gru=cudnn, scan, fused-cpu, python-loop, compiled-step, as the "
+        "framework recorded it): rows with different kernels share a ranking, and their names say so.",
         "Rows of one group that could use different shares of the machine (CPU affinity, cgroup CPU quota) "
         "say so: the same device model, not the same resources.",
         "Rows run with --init framework start from each framework's own initialisers: their accuracies are "

@@ -55,6 +55,21 @@ def test_gru_kernel_is_read_from_what_ran(pytorch):
     assert "autograd node StackBackward0" in kernel
 
 
+def test_the_compiled_gru_is_a_loop_over_one_compiled_step_from_the_same_start(pytorch):
+    """docs/FAIRNESS.md, modes-compared: the compiled mode's GRU is the same parameters run as a
+    Python loop over one torch.compile'd step (runtime.StepCompiledGRU): the same first loss as
+    nn.GRU's (the same start, no dropout), the kernel read from what ran, and each graph compiled
+    once: the embedding, the GRU step and the dense layer, for training and again for evaluation
+    (another grad mode, the same code), none of them twice."""
+    eager, compiled = pytorch["gru_run"], pytorch["gru_compiled_run"]
+    assert compiled["status"] == "ok", compiled["reason"]
+    kernel = compiled["extras"]["gru_kernel"]
+    assert kernel.startswith("compiled-step: a Python loop over 20 time steps of one torch.compile'd (inductor) "
+                             "GRU step") and "autograd node CompiledFunctionBackward" in kernel, kernel
+    assert len(compiled["traces"]) == 6 and set(compiled["traces"].values()) == {1}, compiled["traces"]
+    assert compiled["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-5)
+
+
 def test_tf32_is_not_applicable_on_the_cpu(pytorch):
     assert pytorch["cnn_run"]["extras"]["tf32"] == "n/a (CPU)"
     assert "allow_tf32" not in pytorch["cnn_run"]["extras"]

@@ -118,6 +118,10 @@ def pytorch_facts() -> dict:
     run = make_run("gru", max_train_batches=2, sequence_length=20, **SMALL)
     gru.run(run)
     facts["gru_run"] = summary(run)
+    # the compiled mode's GRU (runtime.StepCompiledGRU), the same short run
+    run = make_run("gru", mode="compiled", max_train_batches=2, sequence_length=20, **SMALL)
+    gru.run(run)
+    facts["gru_compiled_run"] = summary(run)
     run = make_run("cnn", max_train_batches=2, **SMALL)
     cnn.run(run)
     facts["cnn_run"] = summary(run)

@@ -44,17 +44,20 @@ def compile_caches(device_type):
     return "inductor: C++/OpenMP kernels built by {}; {}".format(found, caches)
 
 
-def counting_backend(run, compile_graph, label="torch.compile graph"):
+def counting_backend(run, compile_graph, label="torch.compile graph", context=None):
     """A torch.compile backend that hands each graph to ``compile_graph`` (inductor's compile_fx) and
     counts it in ``samples.traces`` as "<label> N": a graph of the same code and input shapes compiled
     twice is a recompilation, which the report flags; the graphs a graph break splits a step into are
     counted apart. Two compiled functions that may hold the same graph (Keras' train and predict
-    steps of a model without dropout) take a backend each, labelled apart: that is no recompilation."""
+    steps of a model without dropout) take a backend each, labelled apart: that is no recompilation.
+    ``context(example_inputs)``, if given, says what else a graph was rightly compiled anew for
+    (PyTorch's grad mode: the same code traced for training and for evaluation), part of its identity."""
     seen = {}
 
     def backend(graph, example_inputs):
         shapes = [tuple(item.shape) for item in example_inputs if hasattr(item, "shape")]
-        identity = hashlib.sha256("{}{}".format(graph.code, shapes).encode()).hexdigest()
+        extra = context(example_inputs) if context is not None else ""
+        identity = hashlib.sha256("{}{}{}".format(graph.code, shapes, extra).encode()).hexdigest()
         seen.setdefault(identity, "{} {}".format(label, len(seen) + 1))
         run.note_trace(seen[identity])
         return compile_graph(graph, example_inputs)

@@ -45,7 +45,7 @@ MODES = {
     "pytorch": (Mode(EAGER, "eager PyTorch, operator by operator (PyTorch's default)"),
                 Mode(COMPILED, "torch.compile (inductor): the model's forward and backward compiled to fused "
                                "C++/OpenMP kernels on the CPU, Triton kernels on a GPU, in the first step (the "
-                               "GRU's nn.GRU is not compiled by it: that cell is unsupported)")),
+                               "GRU: a Python loop over one compiled GRU step, the time loop not unrolled)")),
     "keras-torch": (Mode(EAGER, "jit_compile=False: Keras' steps run eagerly on PyTorch"),
                     Mode(COMPILED, "jit_compile=True: Keras hands its train and predict steps to torch.compile "
                                    "(inductor), compiled in the first step (the GRU is not: under torch.compile "

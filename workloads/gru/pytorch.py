@@ -1,7 +1,8 @@
 """GRU sentiment classifier trained on IMDB, in PyTorch.
 
 embedding(30000, 125) -> GRU(100) -> last time step -> dense(2), Adam, settings from
-workloads/gru/__init__.py. nn.GRU takes cuDNN's fused kernel on a GPU (FAIRNESS.md: fused-rnn).
+workloads/gru/__init__.py. nn.GRU takes cuDNN's fused kernel on a GPU (FAIRNESS.md: fused-rnn); the
+compiled mode runs the same parameters as a loop over one compiled GRU step (runtime.gru_layer).
 """
 import torch
 from torch import nn
@@ -20,12 +21,12 @@ MATCHED = (
 # --- model --------------------------------------------------------------------------------------
 
 class GRUClassifier(nn.Module):
-    def __init__(self, s):
+    def __init__(self, s, policy):
         super().__init__()
         self.embedding = nn.Embedding(s.vocabulary, s.embedding_size)  # phrase: embedding
         # Time-major (TNC) is cuDNN's native RNN layout (FAIRNESS.md: layouts). PyTorch's GRU is the
         # cuDNN form: reset gate applied after the recurrent matmul, two bias vectors per gate.
-        self.gru = nn.GRU(s.embedding_size, s.hidden_size, num_layers=1, batch_first=False)  # phrase: gru
+        self.gru = runtime.gru_layer(policy, s.embedding_size, s.hidden_size)  # phrase: gru
         self.dense = nn.Linear(s.hidden_size, s.classes)
 
     def forward(self, tokens):  # tokens: (batch, time)
@@ -63,10 +64,10 @@ class GRUWorkload(runtime.Training):
     """The steps the scaffold (workloads/common/scaffold.py) runs for this workload."""
 
     def select_device(self, run):
-        return runtime.select_device(run, convolutions=False, recurrent=True)  # channels_last, compiled: unsupported
+        return runtime.select_device(run, convolutions=False)  # channels_last: unsupported
 
     def build_model(self, run, policy):
-        return GRUClassifier(run.settings).to(policy.device)
+        return GRUClassifier(run.settings, policy).to(policy.device)
 
     def load_canonical(self, model, params):
         load_canonical(model, params)

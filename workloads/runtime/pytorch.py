@@ -77,23 +77,11 @@ def _fused_optimizer_devices() -> tuple:
         return ("cuda",)
 
 
-# Why the compiled mode refuses a model holding an RNN module (nn.GRU): measured with PyTorch 2.13
-# on the CPU, TorchDynamo skips a frame that calls one (torch._dynamo.explain: 0 graphs), so
-# torch.compile would run the model eagerly under the compiled mode's name; with
-# torch._dynamo.config.allow_rnn it unrolls the time loop into one graph, minutes of compilation.
-NOT_COMPILED_RNN = ("torch.compile does not compile this model: TorchDynamo skips a frame that calls an RNN module "
-                    "(nn.GRU), so nothing would be compiled, and its allow_rnn switch unrolls the GRU's time loop "
-                    "into one graph (minutes of compilation)")
-
-
-def select_device(run: Run, *, convolutions: bool = True, recurrent: bool = False) -> TorchPolicy:
+def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches.
 
     ``convolutions``: whether the workload's model has any: the channels_last option lays out
-    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does.
-    ``recurrent``: whether it holds an RNN module, which the compiled mode refuses (NOT_COMPILED_RNN)."""
-    if recurrent and run.mode == modes.COMPILED:
-        raise Unsupported(NOT_COMPILED_RNN)
+    convolutions, so a model without one (the GRU) refuses it as unsupported, as Paddle does."""
     cuda_available = torch.cuda.is_available()
     if run.requested_device == "cuda" and not cuda_available:
         if torch.version.cuda is None:  # e.g. a CPU wheel from a wheelhouse matched torch==X in a CUDA variant
@@ -138,7 +126,15 @@ def _inductor(run: Run):
     (workloads/common/inductor.py)."""
     from torch._inductor.compile_fx import compile_fx
 
-    return inductor.counting_backend(run, compile_fx)
+    return inductor.counting_backend(run, compile_fx, context=_grad_mode)
+
+
+def _grad_mode(example_inputs) -> str:
+    """The autograd mode a graph is compiled for, part of its identity: a model without dropout (the
+    GRU) has the same graph code in training and in evaluation, which TorchDynamo compiles again,
+    rightly, for the other grad mode or for inference tensors (its guards): no recompilation."""
+    inference = any(isinstance(item, torch.Tensor) and item.is_inference() for item in example_inputs)
+    return ("grad" if torch.is_grad_enabled() else "no grad") + (", inference tensors" if inference else "")
 
 
 def _layout(channels_last: bool, convolutions: bool) -> str:
@@ -172,6 +168,61 @@ def parameter_count(model: torch.nn.Module) -> int:
 
 def _peak_device_memory_mb(device: torch.device):
     return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
+# --- the GRU layer ---------------------------------------------------------------------------------
+
+def gru_layer(policy: TorchPolicy, input_size: int, hidden_size: int) -> torch.nn.Module:
+    """The GRU layer as the cell's mode runs it (time-major): nn.GRU in eager mode (cuDNN's fused
+    kernel on a GPU, FAIRNESS.md: fused-rnn), StepCompiledGRU in compiled mode (modes-compared)."""
+    if policy.compile_with is None:
+        return torch.nn.GRU(input_size, hidden_size, num_layers=1, batch_first=False)
+    return StepCompiledGRU(input_size, hidden_size, policy.compile_with)
+
+
+class StepCompiledGRU(torch.nn.Module):
+    """The compiled mode's GRU: nn.GRU's parameters (its names, shapes and initialisation, so the
+    canonical weights load as into nn.GRU), run as a Python loop over the time steps of one
+    torch.compile'd GRU step, the input projections of every step in one matmul before it.
+    Why not nn.GRU under torch.compile (measured with PyTorch 2.13 on the CPU): TorchDynamo refuses
+    an nn.GRU module (an isinstance check, hence no subclass here), its allow_rnn switch unrolls the
+    150 time steps into one graph (minutes of compilation), and inductor fails on the scan operator;
+    one step compiles in seconds. The loop is opaque to TorchDynamo (torch.compiler.disable), so the
+    model-level compile does not unroll it either: the embedding and dense layers around it are
+    compiled graphs of their own."""
+
+    def __init__(self, input_size: int, hidden_size: int, compile_with):
+        super().__init__()
+        reference = torch.nn.GRU(input_size, hidden_size)  # draws the same initial values as eager's
+        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            setattr(self, name, getattr(reference, name))
+        self.step = torch.compile(_gru_step, backend=compile_with, dynamic=False)
+        self.watch = None  # called with (inputs, outputs) after a forward: watch_gru_kernel
+
+    @torch.compiler.disable
+    def forward(self, inputs: torch.Tensor):  # inputs: (time, batch, features)
+        projected = torch.nn.functional.linear(inputs, self.weight_ih_l0, self.bias_ih_l0)
+        # the initial state requires a gradient whenever the later ones will, so that the step is
+        # compiled once per grad mode, not again from the second step (a TorchDynamo guard)
+        hidden = inputs.new_zeros(inputs.shape[1], self.weight_hh_l0.shape[1]).requires_grad_(
+            torch.is_grad_enabled() and (projected.requires_grad or self.weight_hh_l0.requires_grad))
+        states = []
+        for step_inputs in projected.unbind(0):
+            hidden = self.step(step_inputs, hidden, self.weight_hh_l0, self.bias_hh_l0)
+            states.append(hidden)
+        outputs = (torch.stack(states), hidden.unsqueeze(0))  # as nn.GRU's: every step's state, the last
+        if self.watch is not None:
+            self.watch(inputs, outputs)
+        return outputs
+
+
+def _gru_step(projected, hidden, weight_hh, bias_hh):
+    """One GRU step in cuDNN's reset-after form, gates r, z, n, in ATen's GRU cell's arithmetic."""
+    reset_i, update_i, new_i = projected.chunk(3, 1)
+    reset_h, update_h, new_h = torch.nn.functional.linear(hidden, weight_hh, bias_hh).chunk(3, 1)
+    reset, update = torch.sigmoid(reset_i + reset_h), torch.sigmoid(update_i + update_h)
+    new = torch.tanh(new_i + reset * new_h)
+    return (hidden - new) * update + new
 
 
 # --- training -------------------------------------------------------------------------------------
@@ -267,18 +318,26 @@ def describe_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -
     return f"{name}: a for-loop of per-parameter ops (written out by PyTorch; no fused kernel on {device.type})"
 
 
-def watch_gru_kernel(run: Run, gru: torch.nn.GRU) -> None:
+def watch_gru_kernel(run: Run, gru: torch.nn.Module) -> None:
     """Record which GRU kernel the first training step actually ran (extras "gru_kernel"), read from
-    the autograd node that produced nn.GRU's output: cuDNN's fused kernel leaves CudnnRnnBackward0,
-    ATen's native GRU (its CPU path) the StackBackward0 of its loop over the time steps."""
+    the autograd node that produced the GRU's output: cuDNN's fused kernel leaves CudnnRnnBackward0,
+    ATen's native GRU (its CPU path) the StackBackward0 of its loop over the time steps, and the
+    compiled mode's StepCompiledGRU the node of inductor's compiled step under its stack."""
     def hook(module, inputs, outputs):
         node = outputs[0].grad_fn
         if node is None:  # no autograd here (inference): the next training step tells
             return
-        handle.remove()
+        if handle is None:
+            gru.watch = None
+        else:
+            handle.remove()
         name, device = type(node).__name__, outputs[0].device.type
         steps = inputs[0].shape[0]  # time-major
-        if "Cudnn" in name:
+        if isinstance(gru, StepCompiledGRU):
+            step = type(node.next_functions[0][0]).__name__  # the last step's node, under the stack
+            kernel = (f"compiled-step: a Python loop over {steps} time steps of one torch.compile'd (inductor) GRU "
+                      f"step on {device}, the input projections in one matmul (autograd node {step})")
+        elif "Cudnn" in name:
             kernel = f"cudnn: cuDNN's fused GRU through torch.nn.GRU (autograd node {name})"
         elif "Miopen" in name:
             kernel = f"miopen: MIOpen's fused GRU through torch.nn.GRU (autograd node {name})"
@@ -292,7 +351,12 @@ def watch_gru_kernel(run: Run, gru: torch.nn.GRU) -> None:
                       f"(autograd node {name})")
         run.set_provenance(extras={"gru_kernel": kernel})
 
-    handle = gru.register_forward_hook(hook)
+    # a forward hook would be traced by TorchDynamo (graph breaks, and its removal a recompilation):
+    # StepCompiledGRU calls its watcher from its forward, which TorchDynamo leaves alone
+    if isinstance(gru, StepCompiledGRU):
+        handle, gru.watch = None, lambda inputs, outputs: hook(gru, (inputs,), outputs)
+    else:
+        handle = gru.register_forward_hook(hook)
 
 
 # --- the scaffold's PyTorch part (workloads/common/scaffold.py) ----------------------------------------

@@ -33,7 +33,7 @@ class KerasPolicy(Policy):
 def select_device(run: Run, *, recurrent: bool = False) -> KerasPolicy:
     """Pick the device, refuse what it cannot do (before any work), set the global switches.
     ``recurrent``: whether the model holds an RNN layer, which the compiled mode on torch refuses
-    (backends.TORCH_COMPILED_RNN), as the PyTorch row's compiled mode does."""
+    (backends.TORCH_COMPILED_RNN)."""
     compiled = run.mode == modes.COMPILED
     refused = FACTS.refuses_rnn(compiled) if recurrent else None
     if refused:
