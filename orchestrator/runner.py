@@ -88,8 +88,10 @@ def _run_locked(cells: list[Cell], backend: Backend, frameworks: dict[str, Frame
             cell = job.cell
             progress.update(task, description=f"{cell.framework}/{cell.variant} {cell.workload} {cell.precision}")
 
+        # parity cells measure nothing: the backend may run several at once, unmetered
         dispatch = backend.dispatcher(started=started, progress=progress, task=task,
-                                      telemetry=telemetry.Telemetry(idle_window_s=settings.idle_window_s))
+                                      telemetry=telemetry.Telemetry(idle_window_s=settings.idle_window_s),
+                                      measured=not parity)
 
         def finish(cell: Cell, result: Result) -> None:
             """File `result` under the cell the host asked for, whatever the result claims

@@ -281,3 +281,88 @@ def test_a_cell_dies_with_the_orchestrator_even_when_it_is_killed_outright(tmp_p
     finally:
         orchestrator.kill()
         kill_if_running(pid_file)
+
+
+# --- cells that measure nothing run at once; a measured cell alone (docs/RUN-GUARANTEES.md) ---------
+
+def arrivals_body(folder: Path, wait_for: int) -> str:
+    """A stand-in cell that marks its arrival in `folder` and, while it runs, waits until `wait_for`
+    cells have arrived (60 s at most: only a failing run waits that long), recording how many it saw,
+    and how many were running beside it; then an ok result with outputs, as a parity cell writes."""
+    return f"""
+        folder = {str(folder)!r}
+        open(os.path.join(folder, "arrived-%d" % os.getpid()), "w").close()
+        running = os.path.join(folder, "running-%d" % os.getpid())
+        open(running, "w").close()
+        deadline = time.monotonic() + 60
+        arrived = 0
+        while time.monotonic() < deadline:
+            arrived = sum(name.startswith("arrived-") for name in os.listdir(folder))
+            if arrived >= {wait_for}:
+                break
+            time.sleep(0.01)
+        beside = sum(name.startswith("running-") for name in os.listdir(folder))
+        os.remove(running)
+        result = ok(cell)
+        result.outputs = {{"logits": [[1.0]]}}
+        result.provenance.extras.update(arrived=str(arrived), beside=str(beside))
+        result.write(out)
+    """
+
+
+def test_parity_cells_run_at_once_and_a_measured_cell_alone(tmp_path, monkeypatch, fake_interpreter):
+    from orchestrator.backends import local
+
+    monkeypatch.setattr(local.os, "cpu_count", lambda: 2)  # two at once, whatever this host has
+    cells = [Cell("pytorch", w, profile="smoke", data="synthetic") for w in ("cnn", "gru", "resnet50")]
+    (tmp_path / "parity-marks").mkdir()
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(arrivals_body(tmp_path / "parity-marks", 2)))
+    assert backend.cells_at_once(measured=False) == 2 and backend.cells_at_once(measured=True) == 1
+    summary = run_cells(cells, backend, REGISTRY, RunSettings(results_dir=tmp_path / "parity",
+                                                              data_dir=tmp_path / "data", parity=True))
+    assert sorted(r.status for r in summary.results) == ["ok"] * 3
+    seen = {r.cell.workload: r.provenance.extras for r in summary.results}
+    assert seen["cnn"]["arrived"] == "2" and seen["gru"]["arrived"] in ("2", "3")  # the first two ran together
+    assert all(r.energy is None for r in summary.results)  # nothing measured, nothing metered
+    assert not (tmp_path / "parity" / ".work").exists()  # every cell's work folder removed
+
+    (tmp_path / "benchmark-marks").mkdir()
+    # a measured cell that waits for a second one would wait alone: give it one second to show it
+    body = arrivals_body(tmp_path / "benchmark-marks", 2).replace("time.monotonic() + 60", "time.monotonic() + 1")
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(body))
+    summary = run_cells(cells, backend, REGISTRY, RunSettings(results_dir=tmp_path / "run", data_dir=tmp_path / "data"))
+    assert [r.provenance.extras["beside"] for r in summary.results] == ["1", "1", "1"]
+    assert summary.results[0].provenance.extras["arrived"] == "1"
+
+
+def test_stopping_a_concurrent_dispatch_kills_every_running_cell(tmp_path, fake_interpreter):
+    import os
+
+    from orchestrator.backends import ConcurrentDispatch
+
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    backend = LocalBackend(REGISTRY, python=fake_interpreter(
+        f"open(os.path.join({str(marks)!r}, str(os.getpid())), 'w').close()\ntime.sleep(600)"))
+    dispatch = ConcurrentDispatch(backend, at_once=2)
+    jobs = []
+    for workload in ("cnn", "gru", "resnet50"):
+        cell = Cell("pytorch", workload, profile="smoke", data="synthetic")
+        jobs.append(CellJob(cell=cell, device="cpu", work_dir=tmp_path / "work" / cell.key,
+                            log_path=tmp_path / f"{workload}.log", data_dir=tmp_path / "data"))
+        dispatch.submit(jobs[-1])
+    try:
+        assert list(dispatch.gather(wait=False)) == []  # two started, none finished
+        deadline = time.monotonic() + 60
+        while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = [int(name) for name in os.listdir(marks)]
+        assert len(pids) == 2
+        dispatch.cancel()
+        finished = list(dispatch.gather(wait=True))
+    finally:
+        dispatch.close()
+    assert sorted(job.cell.workload for job, _ in finished) == ["cnn", "gru"]  # the third never started
+    assert all(result.status == "failed" for _, result in finished)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # killed and reaped
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())

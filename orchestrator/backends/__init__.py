@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Mapping
 
 from orchestrator import numerals, results
-from orchestrator.backends.contract import Backend, CellJob, Dispatch, SerialDispatch  # noqa: F401 (the contract, re-exported)
+from orchestrator.backends.contract import (Backend, CellJob, ConcurrentDispatch, Dispatch,  # noqa: F401 (the contract, re-exported)
+                                           SerialDispatch)
 from workloads.common.cell import CellRequest
 from workloads.common import safe_files
 from workloads.common.result import EXIT_OK, EXIT_UNSUPPORTED, Cell, Result, SchemaError

@@ -10,17 +10,25 @@ differs overrides it visibly:
     make_writable_by_cells(folder)     hand a folder of ours to the cells' user (default: the same user)
     gpus_given()                       the GPU indices its CUDA cells get, for the energy meter
     use_session(session)               label what it starts with a run's id (a cluster's clean-up finds it)
+    cells_at_once(measured=)           how many cells may run at once on this host (default: one);
+                                       a backend that says more for cells that measure nothing
+                                       (the parity check's) also kills them from another thread:
+    stop_cells()                       kill every cell running now (a concurrent dispatch's cancel)
     dispatcher(...)                    the Dispatch that runs the submitted cells (default: one at a
-                                       time on this host, each cell's energy metered here)
+                                       time on this host, each measured cell's energy metered here;
+                                       cells_at_once of the unmeasured ones, ConcurrentDispatch)
 
 A Dispatch is submit-and-gather: the runner submits every cell it runs and writes each result as
 `gather` hands it over. Ray's backend has a dispatch of its own (many cells at once, on many nodes);
-every other backend is wrapped in SerialDispatch.
+every other backend is wrapped in SerialDispatch, or in ConcurrentDispatch for cells that measure
+nothing where it runs several at once (docs/RUN-GUARANTEES.md: one measured cell at a time).
 """
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections import deque
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -99,13 +107,28 @@ class Backend(ABC):
         """Label what this backend starts with `session`, a run's id, so that a clean-up on the
         same machine finds it (a Ray node's backend uses the driver's). Default: nothing to label."""
 
+    def cells_at_once(self, *, measured: bool) -> int:
+        """How many cells this backend may run at once on this host. A measured cell always runs
+        alone (docs/RUN-GUARANTEES.md); cells that measure nothing (the parity check's: outputs
+        only) may share the host. Default: one at a time either way."""
+        return 1
+
+    def stop_cells(self) -> None:
+        """Kill every cell this backend is running now, from a thread other than the ones waiting on
+        them (ConcurrentDispatch.cancel); each cell's own thread then cleans up after it. Needed
+        only where cells_at_once can exceed one."""
+
     def dispatcher(self, *, started: Callable[[CellJob], None], progress=None, task=None,
-                   telemetry=None) -> Dispatch:
+                   telemetry=None, measured: bool = True) -> Dispatch:
         """How the runner's submitted cells run: by default one at a time on this host, in the
-        order submitted, each metered by `telemetry` (orchestrator/telemetry/) where it runs.
-        `started(job)` is called as each cell starts; `progress` and `task` are the run's progress
-        display, for a dispatch that shows more than one cell at once."""
-        return SerialDispatch(self, started, telemetry=telemetry)
+        order submitted, each measured one metered by `telemetry` (orchestrator/telemetry/) where
+        it runs; cells that measure nothing (`measured` False) run `cells_at_once` at a time,
+        unmetered. `started(job)` is called as each cell starts; `progress` and `task` are the
+        run's progress display, for a dispatch that shows more than one cell at once."""
+        at_once = self.cells_at_once(measured=measured)
+        if not measured and at_once > 1:
+            return ConcurrentDispatch(self, started, at_once=at_once)
+        return SerialDispatch(self, started, telemetry=telemetry if measured else None)
 
 
 class SerialDispatch(Dispatch):
@@ -150,3 +173,63 @@ class SerialDispatch(Dispatch):
     def close(self) -> None:
         if self.telemetry is not None:
             self.telemetry.close()
+
+
+class ConcurrentDispatch(Dispatch):
+    """Cells that measure nothing (the parity check's, which record outputs only) run `at_once` at a
+    time on this host, each in a thread that waits on it, in the order submitted; a CUDA cell runs
+    alone (two frameworks on one GPU may each claim its whole memory). Results come back as cells
+    finish. No energy is metered: there is no figure to attribute it to. `cancel` kills the running
+    cells through the backend (Backend.stop_cells) and `close` waits for their threads, which remove
+    each cell's work folder as a serial run does."""
+
+    def __init__(self, backend: Backend, started: Callable[[CellJob], None] = lambda job: None, *,
+                 at_once: int):
+        self.backend = backend
+        self.started = started
+        self.at_once = at_once
+        self._queue: deque[CellJob] = deque()
+        self._running: dict[futures.Future, CellJob] = {}
+        self._pool = futures.ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="cell")
+
+    def prepare(self, jobs: list[CellJob], datasets: dict[str, Path]) -> None:
+        self.backend.prepare(jobs)
+
+    def submit(self, job: CellJob) -> None:
+        self._queue.append(job)
+
+    def _start_what_fits(self) -> None:
+        while self._queue and len(self._running) < self.at_once:
+            alone = self._queue[0].device == "cuda"
+            if self._running and (alone or any(job.device == "cuda" for job in self._running.values())):
+                return
+            job = self._queue.popleft()
+            self.started(job)
+            self._running[self._pool.submit(self._run, job)] = job
+
+    def _run(self, job: CellJob) -> Result:
+        start = time.perf_counter()
+        result = self.backend.run_cell(job)
+        result.wall_time_s = time.perf_counter() - start  # the cell as the host saw it, sharing the host
+        return result
+
+    def gather(self, *, wait: bool) -> Iterator[tuple[CellJob, Result]]:
+        while True:
+            self._start_what_fits()
+            if not self._running:
+                return
+            done, _ = futures.wait(self._running, timeout=None if wait else 0, return_when=futures.FIRST_COMPLETED)
+            if not done:
+                return
+            for future in done:
+                job = self._running.pop(future)
+                yield job, future.result()
+
+    def cancel(self) -> None:
+        self._queue.clear()
+        if self._running:
+            self.backend.stop_cells()
+
+    def close(self) -> None:
+        self.cancel()  # nothing runs after a finished run; after an error, nothing may
+        self._pool.shutdown(wait=True, cancel_futures=True)

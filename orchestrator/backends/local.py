@@ -6,13 +6,11 @@ directories, so frameworks' caches (~/.keras, ~/.cache/...) neither leak between
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import functools
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ from typing import Callable
 from orchestrator import environments, host
 from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
                                    write_cell_document)
+from orchestrator.backends.cell_processes import RunningCells, run_in_own_process_group
 from orchestrator.backends.options import BackendOptions
 from orchestrator.environments import EnvironmentBuildError
 from orchestrator.errors import UserError
@@ -31,6 +30,9 @@ from workloads.common.result import Result
 
 READY_MARKER = ".rosetta-ready"
 ENVIRONMENTS_AT_ONCE = 2  # environments built at once before a run (orchestrator/environments.py)
+# Cells that measure nothing (the parity check's) at once, at most: each is mostly a framework's
+# import and a few small steps; more would only crowd the host's memory with frameworks.
+UNMEASURED_CELLS_AT_ONCE = 4
 # Variables a local cell inherits from the host besides the speed variables every backend passes
 # (orchestrator/backends/__init__.py: SPEED_VARIABLES); everything else is left out so runs are
 # reproducible. These describe this host (its PATH, its libraries, its proxies, its GPU numbering)
@@ -93,6 +95,7 @@ class LocalBackend(Backend):
         self._gpus_seen: list[str] | None = None
         self.installer = installer  # uv or pip; None: uv wherever it serves the variant's Python
         self._pip_configuration: environments.PipConfiguration | None = None
+        self._running = RunningCells()
         if python and not Path(python).exists() and not shutil.which(python):
             raise UserError(f"--python {python}: no such interpreter; give the path of a Python that has the framework installed")
 
@@ -175,6 +178,14 @@ class LocalBackend(Backend):
 
     # --- cells ----------------------------------------------------------------------------------
 
+    def cells_at_once(self, *, measured: bool) -> int:
+        """A measured cell runs alone; cells that measure nothing run one per CPU, up to
+        UNMEASURED_CELLS_AT_ONCE (each waited on by a thread of ConcurrentDispatch's)."""
+        return 1 if measured else max(1, min(UNMEASURED_CELLS_AT_ONCE, os.cpu_count() or 1))
+
+    def stop_cells(self) -> None:
+        self._running.kill_all()
+
     def gpus_given(self) -> list[str] | None:
         """--gpus (which this backend sets as CUDA_VISIBLE_DEVICES), else the CUDA_VISIBLE_DEVICES a
         cell inherits, else every GPU. Indices are NVML's: set CUDA_DEVICE_ORDER=PCI_BUS_ID for
@@ -236,7 +247,7 @@ class LocalBackend(Backend):
             command += ["--cell", str(write_cell_document(request, work))]
             job.log_path.parent.mkdir(parents=True, exist_ok=True)
             with safe_files.open_no_follow(job.log_path) as log:
-                exit_code = run_in_own_process_group(command, timeout=job.timeout, stdout=log,
+                exit_code = run_in_own_process_group(command, timeout=job.timeout, running=self._running, stdout=log,
                                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work,
                                                      env=self._cell_environment(work, source, job))
             result = collect(cell, exit_code=exit_code, result_file=out, log_path=job.log_path,
@@ -260,88 +271,6 @@ class LocalBackend(Backend):
         if self.gpus is not None:
             environment["CUDA_VISIBLE_DEVICES"] = self.gpus
         return environment
-
-
-# --- the cell's processes -----------------------------------------------------------------------
-
-def run_in_own_process_group(command: list[str], *, timeout: float | None, **popen_options) -> int | None:
-    """Run `command` in a new session (so a new process group) and wait for it; its exit code, or
-    None when it ran past `timeout` seconds. However it ends (exit, timeout, an exception such as
-    KeyboardInterrupt), the whole group is killed before this returns: a cell's children (a data
-    loader's workers, a compiler daemon, anything it started in the background) never outlive it
-    and never skew the next cell's measurement. A child that starts its own session leaves the
-    group; nothing short of a container (the Docker backend) can hold on to that one."""
-    process = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_parent_hook(),
-                               **popen_options)
-    try:
-        ended = _wait_without_reaping(process, timeout)
-    finally:
-        _kill_group(process)
-    return process.returncode if ended else None
-
-
-def _wait_without_reaping(process: subprocess.Popen, timeout: float | None) -> bool:
-    """Wait until the group's leader exits (True) or `timeout` passes (False), leaving it a zombie:
-    while it is not reaped its process-group id cannot be handed to another process, so killing
-    the group afterwards can only reach the cell's own processes."""
-    if not hasattr(os, "waitid"):  # not on every platform: reap it; killpg's tiny race remains there
-        try:
-            process.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        flags = os.WEXITED | os.WNOWAIT | (os.WNOHANG if deadline is not None else 0)
-        if os.waitid(os.P_PID, process.pid, flags) is not None:
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 2, 0.05)  # the same back-off subprocess.Popen.wait uses
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL every process in the cell's group, then reap the leader."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone already
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass  # stuck in the kernel (uninterruptible I/O); it dies when that returns
-
-
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """Linux: a hook subprocess runs in the child between fork and exec, asking the kernel to
-    SIGKILL the cell when the orchestrator dies, SIGKILL included: otherwise a killed orchestrator
-    leaves the cell running unsupervised, its timeout never enforced. The setting survives exec,
-    is not inherited by the cell's own children (the orchestrator's signal handlers kill the
-    group; an orchestrator killed with SIGKILL cannot, so a grandchild may survive it) and fires
-    when the thread that started the cell ends: cells are started from the main thread.
-
-    Elsewhere there is no such call: best effort, the group is still killed on every ending the
-    orchestrator lives to see (exit, timeout, Ctrl-C, SIGTERM, SIGHUP)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now, not after fork
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the orchestrator died before the call took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return die_with_parent
 
 
 def start(frameworks: dict, options: BackendOptions, log: Callable[[str], None]) -> LocalBackend:

@@ -77,8 +77,10 @@ class RayBackend(Backend):
                       reason="the ONNX export runs on this host: run it once with --backend docker or local, "
                              "then its cells on --backend ray")
 
-    def dispatcher(self, *, started=None, progress=None, task=None, telemetry=None) -> "RayDispatch":
-        """Many cells at once, on many nodes; no energy is metered here: the cells run elsewhere."""
+    def dispatcher(self, *, started=None, progress=None, task=None, telemetry=None,
+                   measured: bool = True) -> "RayDispatch":
+        """Many cells at once, on many nodes, measured or not (placed as the module says); no
+        energy is metered here: the cells run elsewhere."""
         return RayDispatch(self, progress=progress, task=task)
 
 
