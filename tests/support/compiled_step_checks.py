@@ -26,6 +26,7 @@ from workloads.common.result import Cell  # noqa: E402
 TRAIN_STEPS = 20  # the trace-once rule: at least 20 steps of the one compiled training step
 EVAL_BATCHES = 3
 SHORT_LAST_BATCH = 5  # the test set's last batch is this many samples short: a second shape, unless padded
+BATCH_SIZE = 16  # any one shape shows a retrace; a smaller batch only makes the steps cheaper
 
 
 def _module(framework: str, workload: str):
@@ -44,7 +45,8 @@ def training(framework: str, workload: str, options: dict, init: str = "canonica
     """A smoke cell raised to TRAIN_STEPS steps, its test set ending in a partial batch."""
     run = Run(Cell(framework, workload, profile="smoke", data="synthetic", init=init, options=options, mode=mode),
               device="cpu")
-    run.settings = dataclasses.replace(run.settings, max_train_batches=TRAIN_STEPS, max_eval_batches=EVAL_BATCHES)
+    run.settings = dataclasses.replace(run.settings, max_train_batches=TRAIN_STEPS, max_eval_batches=EVAL_BATCHES,
+                                       batch_size=BATCH_SIZE)
     loader_name = "load_cifar10" if workload == "cnn" else "load_imdb"
     load = getattr(run, loader_name)
 
