@@ -350,10 +350,11 @@ def test_twenty_gru_steps_from_the_canonical_start_build_once(framework, tmp_pat
     framework: the first loss is the canonical weights' loss on the first batch (numpy), the graph or
     Keras function is built once in 20 steps, and the result says which Adam and which GRU ran."""
     python = framework_python(framework)
-    result, _, _ = run_cell(python, "gru", framework, tmp_path, overrides={"max_train_batches": 20}, env=openmpi)
+    steps = {"max_train_batches": 20, "batch_size": 16}  # one shape is all trace-once needs; small is cheaper
+    result, _, _ = run_cell(python, "gru", framework, tmp_path, overrides=steps, env=openmpi)
     extras, samples = result["provenance"]["extras"], result["samples"]
     assert extras["init"] == "canonical" and samples["epoch_steps"] == [20] and len(samples["batch_times_s"]) == 20
-    x, y = first_batch("gru", {"max_train_batches": 20})
+    x, y = first_batch("gru", steps)
     expected = cross_entropy(gru_logits(canonical.parameters("gru"), x), y)
     assert samples["first_loss"] == pytest.approx(expected, rel=1e-4)
     assert samples["traces"] == TRAIN_FUNCTIONS[framework]
