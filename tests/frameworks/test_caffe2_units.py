@@ -216,12 +216,13 @@ def test_both_executors_train_twenty_gru_steps_from_the_canonical_start(executor
     framework: either executor trains; the first loss is the canonical weights' loss on the first
     batch (numpy); each net is created once in 20 steps; the result says what ran."""
     python = framework_python("caffe2")
-    result, _, _ = run_cell(python, "gru", "caffe2", tmp_path, overrides={"max_train_batches": 20},
+    steps = {"max_train_batches": 20, "batch_size": 16}  # one shape is all trace-once needs; small is cheaper
+    result, _, _ = run_cell(python, "gru", "caffe2", tmp_path, overrides=steps,
                             arguments=["--option", "executor=" + executor])
     extras, samples = result["provenance"]["extras"], result["samples"]
     assert extras["option.executor"] == executor and extras["executor"].startswith(executor + " (")
     assert extras["init"] == "canonical" and samples["epoch_steps"] == [20] and len(samples["batch_times_s"]) == 20
-    x, y = first_batch("gru", {"max_train_batches": 20})
+    x, y = first_batch("gru", steps)
     expected = cross_entropy(gru_logits(canonical.parameters("gru"), x), y)
     assert samples["first_loss"] == pytest.approx(expected, rel=1e-4)
     assert samples["traces"] == {"gru_train": 1, "gru_test": 1}
