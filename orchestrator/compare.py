@@ -40,7 +40,8 @@ from orchestrator.errors import UserError
 from orchestrator.report.formatting import missing
 from orchestrator.report.frame import report_frame
 from orchestrator.report.gate import DIVERGED
-from orchestrator.report.groups import device_label, row_name, with_devices
+from orchestrator.report.groups import device_label, with_devices
+from orchestrator.row_names import row_name
 from orchestrator.results import CELLS_FOLDER, INVALID, Unreadable, load_cells
 from orchestrator.run_folder import COMPARE_PAGES
 from workloads.common import declaration, modes

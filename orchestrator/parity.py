@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator import row_names
 from workloads.common import canonical, declaration, modes, options as framework_options, safe_files
 from workloads.common.result import Cell, Result
 
@@ -31,7 +32,7 @@ FILES = ("parity.md", "parity.json")
 @dataclass
 class Comparison:
     workload: str
-    framework: str  # the framework, with its non-default options: "pytorch (channels_last=on)"
+    framework: str  # the row: the framework, its mode and non-default options: "pytorch [eager, channels_last=on]"
     status: str  # PASS, FAIL, NOT_CHECKED (no reference to compare with), or the cell's own status (failed...)
     parameter_count: int | None
     expected_count: int
@@ -58,9 +59,10 @@ def checked(workload: str) -> bool:
 
 
 def row_name(result: Result) -> str:
-    """The framework, with its mode and its non-default options: "pytorch (compiled, channels_last=on)"."""
-    label = ", ".join(part for part in (result.cell.mode, framework_options.label(result.cell.options)) if part)
-    return f"{result.cell.framework} ({label})" if label else result.cell.framework
+    """The framework, with its mode and its non-default options, as the report names its row:
+    "pytorch [compiled, channels_last=on]" (orchestrator/row_names.py)."""
+    return row_names.row_name(result.cell.framework, framework_options.label(result.cell.options), "",
+                              mode=result.cell.mode)
 
 
 def _is_reference(result: Result, reference: str) -> bool:
@@ -109,7 +111,8 @@ def compare(results: list[Result], tolerance: float = canonical.PARITY_TOLERANCE
         rows = [result for result in results if result.cell.workload == workload]
         references = [result for result in rows if _is_reference(result, reference)
                       and result.status == "ok" and result.outputs]
-        rows.sort(key=lambda result: (not _is_reference(result, reference), row_name(result), result.cell.variant))
+        rows.sort(key=lambda result: (not _is_reference(result, reference), result.cell.framework, result.cell.mode,
+                                      framework_options.label(result.cell.options), result.cell.variant))
         for result in rows:
             found = Comparison(workload, row_name(result), result.status, result.metrics.parameter_count, expected,
                                {}, variant=result.cell.variant, options=framework_options.label(result.cell.options),

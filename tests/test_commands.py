@@ -261,8 +261,8 @@ def test_parity_runs_options_beside_the_plain_reference(tmp_path, capsys, order_
                    ("pytorch", "compiled", {"channels_last": "on"}, "canonical"),
                    ("paddle", "eager", {"channels_last": "on"}, "canonical"), ("jax", "compiled", {}, "canonical")]
     names = [row["framework"] for row in json.loads((tmp_path / "p" / "parity.json").read_text())]
-    assert names == ["pytorch (eager)", "jax (compiled)", "paddle (eager, channels_last=on)", "pytorch (compiled)",
-                     "pytorch (compiled, channels_last=on)", "pytorch (eager, channels_last=on)"]
+    assert names == ["pytorch [eager]", "jax [compiled]", "paddle [eager, channels_last=on]", "pytorch [compiled]",
+                     "pytorch [compiled, channels_last=on]", "pytorch [eager, channels_last=on]"]
 
 
 def test_an_unsupported_parity_cell_is_not_checked_and_fails_nothing():
@@ -271,7 +271,7 @@ def test_an_unsupported_parity_cell_is_not_checked_and_fails_nothing():
     from orchestrator.parity import FAIL, PASS, Comparison, counts, failures
 
     def comparison(status):
-        return Comparison("gru", "keras-torch (compiled)", status, 1, 1, {})
+        return Comparison("gru", "keras-torch [compiled]", status, 1, 1, {})
 
     passed, unsupported, failed = comparison(PASS), comparison("unsupported"), comparison(FAIL)
     assert failures([passed, unsupported]) == [] and counts([passed, unsupported]) == "1 passed, 0 failed, 1 not checked"

@@ -100,7 +100,7 @@ def test_the_compiled_rows_ran_torch_compile_with_their_caches_in_the_cells_own_
         "compiled-step: a Python loop over 150 time steps of one torch.compile'd (inductor) GRU step"), ok["gru"]
     assert eager["gru"].provenance.extras["gru_kernel"].startswith("fused-cpu: ")
     table = (results / "parity" / "parity.md").read_text()
-    assert table.count("| pytorch (compiled) | cpu |") >= 3 and "FAIL" not in table, table
+    assert table.count("| pytorch [compiled] | cpu |") >= 3 and "FAIL" not in table, table
 
 
 def test_cuda_variant_is_recorded_not_crashed(smoke_run):
@@ -185,7 +185,7 @@ def test_parity_of_the_reference_against_the_numpy_definition(tmp_path):
                "--modes", "eager", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "parity")]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert completed.returncode == 0, completed.stderr
-    assert "| pytorch (eager) | cpu | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
+    assert "| pytorch [eager] | cpu | 3,441,592 | logits |" in (tmp_path / "parity" / "parity.md").read_text()
     for workload, definition in (("cnn", cnn_logits), ("gru", gru_logits)):
         weights, batch = canonical.load(tmp_path / "data" / "parity" / workload)
         result = Result.read(next((tmp_path / "parity" / "cells").glob(f"pytorch__*__{workload}__*.json")))
@@ -292,7 +292,7 @@ def assert_parity_passed(results_dir, names):
     table = table_path.read_text() if table_path.exists() else ""
     assert table and "FAIL" not in table, table
     for name in names:
-        assert f"| {name} (" in table, (name, table)  # "| pytorch (eager) |": the row names its mode
+        assert f"| {name} [" in table, (name, table)  # "| pytorch [eager] |": the row names its mode
 
 
 def check_the_same_start_and_fast_paths(results):

@@ -269,7 +269,7 @@ def test_the_real_parity_check_runs_beside_real_cells(tmp_path):
                  "--results-dir", str(folder), "--data-dir", str(tmp_path / "data")])
     assert code == 0
     [verdict] = json.loads((folder / run_folder.PARITY_FOLDER / "parity.json").read_text())
-    assert (verdict["framework"], verdict["status"]) == ("pytorch (eager)", "pass")
+    assert (verdict["framework"], verdict["status"]) == ("pytorch [eager]", "pass")
     ranking = sections((folder / "report.md").read_text())[RANKING]
     assert re.search(r"\| 1 \| pytorch \\\[eager\\\] \| cpu \|.*\| passed \|", ranking)
 

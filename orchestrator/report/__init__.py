@@ -17,7 +17,7 @@ its title, its headline metric (ranked: median, min-max, spread, relative), then
 other declared metric, each headed by its label and unit and formatted by its unit.
 
     frame.py       to_frame plus what only the report reads (init, options, GRU kernel, step times, details)
-    groups.py      the like-for-like groups, the rows in them and their names (GROUP_KEY, row_name)
+    groups.py      the like-for-like groups and the rows in them (GROUP_KEY); rows' names: orchestrator/row_names.py
     summary.py     statistics per row and the ranking, of the rows the gate lets through
     gate.py        the ranking gate: every check's verdict per row (repeats, parameters, accuracy, parity)
     parity_verdicts.py  a run's parity verdicts, from its parity/ folder's cells

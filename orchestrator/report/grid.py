@@ -21,7 +21,8 @@ import pandas as pd
 
 from orchestrator.report import ceiling
 from orchestrator.report.formatting import format_relative, formatter, missing
-from orchestrator.report.groups import GROUP_KEY, group_label, group_order, row_name
+from orchestrator.report.groups import GROUP_KEY, group_label, group_order
+from orchestrator.row_names import row_name
 from workloads.common import declaration
 
 # The colour scale: green at the column's best, red at WORST_SHOWN times worse or beyond (on a

@@ -1,11 +1,11 @@
-"""What is compared with what: the like-for-like groups, the rows in them, and their names.
+"""What is compared with what: the like-for-like groups and the rows in them.
 
 A group is one (profile, data, device kind and model, precision): a CPU, an fp16 cell or another
 GPU is never ranked against this one (FAIRNESS.md: like-for-like). A row is one (framework,
 variant, mode, non-default options, init) in a group: the modes of one framework are ranked side
-by side on one device and precision (FAIRNESS.md: modes-compared); its name says how it ran, the
-mode first, and, for a GRU, which kernel ran (FAIRNESS.md: gru-kernel-named). The report, its energy section and `compare` read
-these keys from here.
+by side on one device and precision (FAIRNESS.md: modes-compared); its name (orchestrator/row_names.py)
+says how it ran, the mode first, and, for a GRU, which kernel ran (FAIRNESS.md: gru-kernel-named).
+The report, its energy section and `compare` read these keys from here.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import re
 
 import pandas as pd
 
-from workloads.common.result import CANONICAL_INIT
 
 # What is ranked together: one table, one fastest row, one chart per group.
 GROUP_KEY = ["profile", "data", "device_kind", "device_model", "precision"]
@@ -47,18 +46,6 @@ def kernel_kind(recorded) -> str:
         if match and match.group(1) not in kinds:
             kinds.append(match.group(1))
     return "+".join(kinds)
-
-
-def row_name(framework, options, init, kernel: str = "", mode: str = "") -> str:
-    """"pytorch [compiled]", "tensorflow [graph, channels_last=on]", "pytorch [init=framework]",
-    "pytorch [eager, gru=cudnn]": a row's name says how it ran, its mode first (a result from before
-    modes were declared names none), the GRU's kernel included (FAIRNESS.md: gru-kernel-named)."""
-    how = ([mode] if mode else []) + ([options] if options else [])
-    if init and init != CANONICAL_INIT:
-        how.append(f"init={init}")
-    if kernel:
-        how.append(f"gru={kernel}")
-    return f"{framework} [{', '.join(how)}]" if how else str(framework)
 
 
 def device_identity(device, gpu_name, cpu_model) -> tuple[str, str]:

@@ -21,7 +21,8 @@ import pandas as pd
 from orchestrator.report import checks, gate
 from orchestrator.report.gate import DIVERGED, ParityRecord, ranked
 from orchestrator.report.groups import (GROUP_KEY, SUMMARY_KEY, group_label, kernel_kind, kind_order,
-                                        precision_order, row_name, with_devices)
+                                        precision_order, with_devices)
+from orchestrator.row_names import row_name
 from workloads.common import declaration
 from workloads.common.declaration import LOWER, Workload
 from workloads.common.result import CANONICAL_INIT

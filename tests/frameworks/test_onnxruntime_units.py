@@ -252,7 +252,7 @@ def test_export_then_smoke_cell_then_parity_in_the_real_environments(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "ONNX model: reusing" in completed.stderr  # exported once
     comparisons = json.loads((tmp_path / "parity" / "parity.json").read_text())
-    [ours] = [c for c in comparisons if c["framework"].split(" (")[0] == "onnxruntime"]  # "onnxruntime (graph)"
+    [ours] = [c for c in comparisons if c["framework"].split(" [")[0] == "onnxruntime"]  # "onnxruntime [graph]"
     assert ours["status"] == "pass" and ours["differences"]["features"][1] < canonical.PARITY_TOLERANCE
 
 
