@@ -426,7 +426,7 @@ def test_the_r_row_passes_parity_with_pytorch(tmp_path):
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3000)
     table = (tmp_path / "parity" / "parity.md").read_text() if (tmp_path / "parity" / "parity.md").exists() else ""
     assert completed.returncode == 0, (completed.stderr[-3000:], table)
-    rows = [line for line in table.splitlines() if line.startswith("| r-keras (")]
+    rows = [line for line in table.splitlines() if line.startswith("| r-keras [")]
     # 2 cnn + 1 resnet50 + 2 gru outputs, in its graph mode
     assert len(rows) == 5 and all(row.startswith("| r-keras [graph] |") and row.endswith("| pass |") for row in rows), table
 
