@@ -366,3 +366,44 @@ def test_stopping_a_concurrent_dispatch_kills_every_running_cell(tmp_path, fake_
     assert all(result.status == "failed" for _, result in finished)
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # killed and reaped
     assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
+
+
+def test_a_cuda_cell_that_measures_nothing_runs_alone(tmp_path):
+    """ConcurrentDispatch's rule, on a backend of events: two CPU cells share the host, a CUDA cell
+    waits until nothing else runs, and nothing starts beside it (two frameworks on one GPU may each
+    claim all its memory)."""
+    import threading
+
+    from orchestrator.backends import Backend, ConcurrentDispatch
+
+    class Gates(Backend):
+        name = "gates"
+
+        def __init__(self):
+            self.release = {}
+
+        def run_cell(self, job):
+            self.release[job.cell.workload].wait(60)  # only a wrong run waits this long
+            return Result(cell=job.cell, status="ok")
+
+    backend = Gates()
+    started = []
+    dispatch = ConcurrentDispatch(backend, lambda job: started.append(job.cell.workload), at_once=2)
+    for workload, device in (("cnn", "cpu"), ("gru", "cuda"), ("resnet50", "cpu")):
+        backend.release[workload] = threading.Event()
+        dispatch.submit(CellJob(cell=Cell("pytorch", workload), device=device, work_dir=tmp_path / workload,
+                                log_path=tmp_path / f"{workload}.log", data_dir=tmp_path))
+    try:
+        assert list(dispatch.gather(wait=False)) == [] and started == ["cnn"]  # the CUDA cell waits
+        backend.release["cnn"].set()
+        finished = [job.cell.workload for job, _ in dispatch.gather(wait=False)]
+        while "cnn" not in finished:  # its thread ends at once now
+            time.sleep(0.01)
+            finished += [job.cell.workload for job, _ in dispatch.gather(wait=False)]
+        assert started == ["cnn", "gru"]  # alone: the CPU cell behind it waits too
+        backend.release["gru"].set()
+        backend.release["resnet50"].set()
+        finished += [job.cell.workload for job, _ in dispatch.gather(wait=True)]
+    finally:
+        dispatch.close()
+    assert finished == ["cnn", "gru", "resnet50"] and started == finished
