@@ -13,7 +13,8 @@ differs overrides it visibly:
     cells_at_once(measured=)           how many cells may run at once on this host (default: one);
                                        a backend that says more for cells that measure nothing
                                        (the parity check's) also kills them from another thread:
-    stop_cells()                       kill every cell running now (a concurrent dispatch's cancel)
+    stop_cells()                       kill every cell running now, and any started later (a
+                                       concurrent dispatch's cancel; the run then ends)
     dispatcher(...)                    the Dispatch that runs the submitted cells (default: one at a
                                        time on this host, each measured cell's energy metered here;
                                        cells_at_once of the unmeasured ones, ConcurrentDispatch)
@@ -115,8 +116,10 @@ class Backend(ABC):
 
     def stop_cells(self) -> None:
         """Kill every cell this backend is running now, from a thread other than the ones waiting on
-        them (ConcurrentDispatch.cancel); each cell's own thread then cleans up after it. Needed
-        only where cells_at_once can exceed one."""
+        them (ConcurrentDispatch.cancel), and any it starts afterwards: a thread between taking its
+        cell and starting the process is caught too, and a cancelled run ends, so the backend is not
+        used again. Each cell's own thread then cleans up after it. Needed only where
+        cells_at_once can exceed one."""
 
     def dispatcher(self, *, started: Callable[[CellJob], None], progress=None, task=None,
                    telemetry=None, measured: bool = True) -> Dispatch:
