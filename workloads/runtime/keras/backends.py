@@ -236,6 +236,13 @@ class _Torch:
             model.jit_compile = True
         counted = inductor.counting_backend(run, compile_fx, f"{step} graph")
         setattr(model, attribute, self.torch.compile(getattr(model, attribute), backend=counted))
+        # Keras' global state gains its "stateless_scope" attribute the first time a stateless scope
+        # is entered (the train step enters one); TorchDynamo guards a step on that attribute's
+        # absence, so a predict step compiled before the first train step (the parity check's
+        # logits on the canonical weights) would compile again after it. One scope entered and left
+        # here gives every step the state it will find from then on; no number changes.
+        with keras.StatelessScope():
+            pass
         if step == "train_step":
             # Keras' torch train_step starts with zero_grad(), whose TorchDynamo guards check whether each
             # gradient is None: None before the first step only, so the second step would compile the
