@@ -14,6 +14,7 @@ temporary folder (never the home folder: every cell compiles cold, as a fresh ma
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 
 import numpy as np
@@ -197,7 +198,19 @@ class StepCompiledGRU(torch.nn.Module):
         for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
             setattr(self, name, getattr(reference, name))
         self.step = torch.compile(_gru_step, backend=compile_with, dynamic=False)
-        self.watch = None  # called with (inputs, outputs) after a forward: watch_gru_kernel
+        # register_forward_hook's, run by forward itself (an OrderedDict: the handle holds a weak reference)
+        self._own_forward_hooks = collections.OrderedDict()
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """nn.Module's contract (hook(module, inputs, outputs), a handle whose remove() drops it),
+        but the hook runs at the end of this module's own forward, which TorchDynamo leaves alone: a
+        hook that nn.Module.__call__ ran would be traced into the compiled model around this layer
+        (graph breaks, and the hook's removal a recompilation)."""
+        if prepend or with_kwargs or always_call:
+            raise NotImplementedError("StepCompiledGRU runs plain forward hooks only")
+        handle = torch.utils.hooks.RemovableHandle(self._own_forward_hooks)
+        self._own_forward_hooks[handle.id] = hook
+        return handle
 
     @torch.compiler.disable
     def forward(self, inputs: torch.Tensor):  # inputs: (time, batch, features)
@@ -211,8 +224,8 @@ class StepCompiledGRU(torch.nn.Module):
             hidden = self.step(step_inputs, hidden, self.weight_hh_l0, self.bias_hh_l0)
             states.append(hidden)
         outputs = (torch.stack(states), hidden.unsqueeze(0))  # as nn.GRU's: every step's state, the last
-        if self.watch is not None:
-            self.watch(inputs, outputs)
+        for hook in list(self._own_forward_hooks.values()):
+            hook(self, (inputs,), outputs)
         return outputs
 
 
@@ -327,10 +340,7 @@ def watch_gru_kernel(run: Run, gru: torch.nn.Module) -> None:
         node = outputs[0].grad_fn
         if node is None:  # no autograd here (inference): the next training step tells
             return
-        if handle is None:
-            gru.watch = None
-        else:
-            handle.remove()
+        handle.remove()
         name, device = type(node).__name__, outputs[0].device.type
         steps = inputs[0].shape[0]  # time-major
         if isinstance(gru, StepCompiledGRU):
@@ -351,12 +361,7 @@ def watch_gru_kernel(run: Run, gru: torch.nn.Module) -> None:
                       f"(autograd node {name})")
         run.set_provenance(extras={"gru_kernel": kernel})
 
-    # a forward hook would be traced by TorchDynamo (graph breaks, and its removal a recompilation):
-    # StepCompiledGRU calls its watcher from its forward, which TorchDynamo leaves alone
-    if isinstance(gru, StepCompiledGRU):
-        handle, gru.watch = None, lambda inputs, outputs: hook(gru, (inputs,), outputs)
-    else:
-        handle = gru.register_forward_hook(hook)
+    handle = gru.register_forward_hook(hook)  # StepCompiledGRU's runs outside TorchDynamo
 
 
 # --- the scaffold's PyTorch part (workloads/common/scaffold.py) ----------------------------------------
