@@ -397,9 +397,11 @@ def test_a_cuda_cell_that_measures_nothing_runs_alone(tmp_path):
         assert list(dispatch.gather(wait=False)) == [] and started == ["cnn"]  # the CUDA cell waits
         backend.release["cnn"].set()
         finished = [job.cell.workload for job, _ in dispatch.gather(wait=False)]
-        while "cnn" not in finished:  # its thread ends at once now
+        give_up = time.monotonic() + 60  # its thread ends at once now; only a wrong run waits this long
+        while "cnn" not in finished and time.monotonic() < give_up:
             time.sleep(0.01)
             finished += [job.cell.workload for job, _ in dispatch.gather(wait=False)]
+        assert finished == ["cnn"]
         assert started == ["cnn", "gru"]  # alone: the CPU cell behind it waits too
         backend.release["gru"].set()
         backend.release["resnet50"].set()
