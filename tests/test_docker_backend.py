@@ -377,6 +377,42 @@ def test_sighup_removes_the_running_container_as_ctrl_c_does(tmp_path, client, b
     assert not job.work_dir.exists()
 
 
+def test_cells_that_measure_nothing_share_the_host_and_a_cancel_kills_every_one(tmp_path, client, backend):
+    """docs/RUN-GUARANTEES.md, one measured cell at a time: the parity check's cells run one per CPU
+    (at most four) in containers of their own, a measured cell alone; a concurrent dispatch's cancel
+    kills every running container, the cell after them never starts, and the engine keeps nothing."""
+    from orchestrator.backends import ConcurrentDispatch
+    from orchestrator.backends.contract import UNMEASURED_CELLS_AT_ONCE
+
+    assert backend.cells_at_once(measured=True) == 1
+    assert backend.cells_at_once(measured=False) == max(1, min(UNMEASURED_CELLS_AT_ONCE, client.info()["NCPU"]))
+    started = []
+    dispatch = ConcurrentDispatch(backend, started.append, at_once=2)
+    jobs = [make_job(tmp_path / f"cell{index}", "gru") for index in range(3)]  # each hangs until killed
+    for job in jobs:
+        dispatch.submit(job)
+    try:
+        assert list(dispatch.gather(wait=False)) == []  # two started, none finished
+        running = {"label": f"{SESSION_LABEL}={backend.session}", "status": "running"}
+        deadline = time.monotonic() + 60  # only a wrong run waits this long
+        while len(client.containers.list(filters=running)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(client.containers.list(filters=running)) == 2  # side by side
+        dispatch.cancel()
+        finished = list(dispatch.gather(wait=True))
+    finally:
+        dispatch.close()
+    assert started == jobs[:2] and [job for job, _ in finished] != []
+    assert sorted(id(job) for job, _ in finished) == sorted(id(job) for job in jobs[:2])  # the third never started
+    assert all(result.status == "failed" for _, result in finished), [r.reason for _, r in finished]
+    assert containers_of(client, backend) == []
+    assert not any(job.work_dir.exists() for job in jobs)
+    # a cancelled backend starts no container again
+    late = backend.run_cell(make_job(tmp_path / "late", "cnn"))
+    assert (late.status, late.reason) == ("failed", "stopped before its container started: the run was cancelled")
+    assert containers_of(client, backend) == []
+
+
 def test_docker_errors_become_failed_cells_not_crashes(tmp_path, client, backend):
     missing = DockerBackend({}, client=client, image_for=lambda cell: "rosetta-bench-test/missing:none")
     result = missing.run_cell(make_job(tmp_path, "cnn"))

@@ -173,3 +173,39 @@ def deferred_interrupts() -> Iterator[None]:
         previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt
     else:
         raise KeyboardInterrupt  # SIG_DFL (or one set outside Python) would end the process
+
+
+class CellsStopped(Exception):
+    """The backend's cells were stopped (a concurrent dispatch's cancel): no new container starts."""
+
+
+class StartedContainers:
+    """The cell containers a backend has created and not yet removed, by name, so that another
+    thread can kill them all (DockerBackend.stop_cells: a concurrent dispatch's cancel). A container
+    is created and started under the lock, so the kill finds every container that exists and never
+    runs between a create and its start; once stopped, no cell's container is created again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._stopped = False
+
+    @contextlib.contextmanager
+    def starting(self, name: str) -> Iterator[None]:
+        """Hold the lock while the container named `name` is created and started; CellsStopped
+        instead when the cells were stopped."""
+        with self._lock:
+            if self._stopped:
+                raise CellsStopped
+            self._names.add(name)
+            yield
+
+    def removed(self, name: str) -> None:
+        with self._lock:
+            self._names.discard(name)
+
+    def stop_all(self) -> list[str]:
+        """Refuse every later start and hand back the names of the containers there are now."""
+        with self._lock:
+            self._stopped = True
+            return sorted(self._names)

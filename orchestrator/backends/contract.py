@@ -36,6 +36,16 @@ from typing import Callable, Iterator
 
 from workloads.common.result import Cell, Result
 
+# Cells that measure nothing (the parity check's) at once on one host, at most: each is mostly a
+# framework's import and a few small steps; more would only crowd the host's memory with frameworks.
+UNMEASURED_CELLS_AT_ONCE = 4
+
+
+def unmeasured_cells_for(cpus: int | None) -> int:
+    """How many cells that measure nothing a backend runs at once on a host of `cpus` CPUs (None:
+    unknown): one per CPU, at most UNMEASURED_CELLS_AT_ONCE."""
+    return max(1, min(UNMEASURED_CELLS_AT_ONCE, cpus or 1))
+
 
 @dataclass
 class CellJob:

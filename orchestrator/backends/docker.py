@@ -41,9 +41,10 @@ from orchestrator import host, images
 from orchestrator.images import labels as image_labels
 from orchestrator.images.resolve import CellImages
 from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, remove_work, tail, write_cell_document)
-from orchestrator.backends.container_lifetime import (deadline_entrypoint,
+from orchestrator.backends.container_lifetime import (CellsStopped, StartedContainers, deadline_entrypoint,
                                                       deferred_interrupts, remove_containers_of_ended_runs,
                                                       remove_leftover_containers)
+from orchestrator.backends.contract import unmeasured_cells_for
 from orchestrator.backends.docker_container import (DATA_MOUNT, EXPORT_MOUNT, RESULT_FILE, RESULTS_MOUNT,
                                                     container_options, give_to_container_user)
 from orchestrator.backends.options import DEFAULT_CONTAINER_MEMORY, DEFAULT_CONTAINER_PIDS, BackendOptions
@@ -91,6 +92,7 @@ class DockerBackend(Backend):
         self._gpu_problem = _UNKNOWN
         self._engine_info: dict | None = None
         self._sources_hashes: dict[tuple[str, str], str] = {}  # (framework, variant) -> images.sources_hash
+        self._started = StartedContainers()
 
     # --- what this host can run -----------------------------------------------------------------
 
@@ -166,9 +168,10 @@ class DockerBackend(Backend):
         name = f"rosetta-bench-{self.session}-{uuid.uuid4().hex[:12]}"
         try:
             try:
-                container = self.client.containers.create(image.id, command, name=name, entrypoint=entrypoint,
-                                                          **self._container_options(job, out_dir))
-                container.start()
+                with self._started.starting(name):
+                    container = self.client.containers.create(image.id, command, name=name, entrypoint=entrypoint,
+                                                              **self._container_options(job, out_dir))
+                    container.start()
                 ending = self._wait(container, job.timeout)
                 self._save_logs(container, job.log_path)
                 result = collect(cell, exit_code=ending.exit_code, result_file=self._result_file(container, job),
@@ -179,11 +182,14 @@ class DockerBackend(Backend):
                     result.reason = f"killed for lack of memory (out-of-memory killer; {limit}); {result.reason}"
             except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
                 result = self._failed(job, f"Docker: {first_line(error)}")
+            except CellsStopped:
+                result = self._failed(job, "stopped before its container started: the run was cancelled")
         finally:
             # Always, Ctrl-C included: a forced removal kills the container if it still runs, and a
             # second Ctrl-C waits for the clean-up's end instead of cutting it short.
             with deferred_interrupts():
                 self._remove(name)
+                self._started.removed(name)
                 remove_work(self.log, job.work_dir)
         self._record_image(result, image, reference)
         self._record_sources_match(result)
@@ -198,6 +204,22 @@ class DockerBackend(Backend):
         out_dir.chmod(0o700)
         give_to_container_user(out_dir)
         return out_dir
+
+    def cells_at_once(self, *, measured: bool) -> int:
+        """A measured cell alone; cells that measure nothing one per CPU of the (local) engine's host."""
+        engine_cpus = (self._info() or {}).get("NCPU")
+        return 1 if measured else unmeasured_cells_for(engine_cpus if type(engine_cpus) is int else os.cpu_count())
+
+    def stop_cells(self) -> None:
+        """Kill every cell container running now; a cell whose container is not yet created never
+        gets one. Each cell's own thread then reads what is left and removes its container."""
+        for name in self._started.stop_all():
+            try:
+                self.client.api.kill(name)
+            except docker.errors.APIError:
+                pass  # it ended by itself (409: not running), or was removed meanwhile (404)
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+                self.log(f"could not kill container {name} ({first_line(error)}); its cell's clean-up removes it")
 
     def make_writable_by_cells(self, folder: Path) -> None:
         """A folder we created (mode 0700), for a cell to write (the ONNX export's): see container_user."""

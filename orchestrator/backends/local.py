@@ -21,6 +21,7 @@ from orchestrator import environments, host
 from orchestrator.backends import (Backend, CellJob, cell_request, collect, gpu_mismatch, inherited_speed_variables, remove_work,
                                    write_cell_document)
 from orchestrator.backends.cell_processes import RunningCells, run_in_own_process_group
+from orchestrator.backends.contract import unmeasured_cells_for
 from orchestrator.backends.options import BackendOptions
 from orchestrator.environments import EnvironmentBuildError
 from orchestrator.errors import UserError
@@ -30,9 +31,6 @@ from workloads.common.result import Result
 
 READY_MARKER = ".rosetta-ready"
 ENVIRONMENTS_AT_ONCE = 2  # environments built at once before a run (orchestrator/environments.py)
-# Cells that measure nothing (the parity check's) at once, at most: each is mostly a framework's
-# import and a few small steps; more would only crowd the host's memory with frameworks.
-UNMEASURED_CELLS_AT_ONCE = 4
 # Variables a local cell inherits from the host besides the speed variables every backend passes
 # (orchestrator/backends/__init__.py: SPEED_VARIABLES); everything else is left out so runs are
 # reproducible. These describe this host (its PATH, its libraries, its proxies, its GPU numbering)
@@ -181,7 +179,7 @@ class LocalBackend(Backend):
     def cells_at_once(self, *, measured: bool) -> int:
         """A measured cell runs alone; cells that measure nothing run one per CPU, up to
         UNMEASURED_CELLS_AT_ONCE (each waited on by a thread of ConcurrentDispatch's)."""
-        return 1 if measured else max(1, min(UNMEASURED_CELLS_AT_ONCE, os.cpu_count() or 1))
+        return 1 if measured else unmeasured_cells_for(os.cpu_count())
 
     def stop_cells(self) -> None:
         self._running.kill_all()

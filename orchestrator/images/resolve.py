@@ -1,6 +1,8 @@
 """The image a cell runs in: here already, pulled (by images.lock's digest where it pins one), or built."""
 from __future__ import annotations
 
+import threading
+
 from rich.markup import escape
 
 from orchestrator.errors import CannotRunHere, UserError
@@ -8,6 +10,7 @@ from orchestrator.frameworks import Framework, Variant
 from orchestrator.images import labels, lock
 from orchestrator.images.context import BuildOptions, Log, image_tag, sources_hash
 from orchestrator.images.engine import build, pull_image
+
 
 def ensure_image(client, framework: Framework, variant: Variant, options: BuildOptions, *, pull: bool = False,
                  log: Log = print) -> str:
@@ -46,15 +49,22 @@ class CellImages:
     """A cell's image reference (its tag, or repository@digest when pulled by images.lock), each
     image checked (its sources digest, its lock entry) or built once per run, not again per cell;
     a failed build or pull is not retried for every cell of that image. A failure this host cannot
-    mend (CannotRunHere) is said as "not run here", any other as an error."""
+    mend (CannotRunHere) is said as "not run here", any other as an error. Cells that share the
+    host (the parity check's, one thread each) ask one at a time: an image is built or pulled once,
+    and never two at once."""
 
     def __init__(self, client, frameworks: dict[str, Framework], options: BuildOptions, *, pull: bool = False,
                  log: Log = print):
         self.client, self.frameworks, self.options, self.pull, self.log = client, frameworks, options, pull, log
         self.ready: dict[str, str] = {}  # tag -> the reference to run
         self.failures: dict[str, UserError] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, cell) -> str:
+        with self._lock:
+            return self._reference(cell)
+
+    def _reference(self, cell) -> str:
         framework = self.frameworks[cell.framework]
         variant = framework.variant(cell.variant)
         tag = image_tag(framework, variant, self.options.registry)
