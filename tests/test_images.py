@@ -302,6 +302,12 @@ def test_smoke_matrix_in_containers(docker_client, pytorch_image, published, reg
     assert all(r.status == "unsupported" and "no GPU runtime" in r.reason for r in results if r.cell.variant != "cpu")
     assert cell_containers(docker_client) - before == set()
     assert (tmp_path / "run" / "report.html").is_file()
+    # the parity check's cells ran in containers too, one per CPU (docs/RUN-GUARANTEES.md), and passed
+    parity = [Result.read(p) for p in (tmp_path / "run" / "parity" / "cells").glob("pytorch__cpu__*.json")]
+    assert sorted(r.cell.workload for r in parity) == ["cnn", "gru", "resnet50"]
+    assert all(r.status == "ok" and r.provenance.backend == "docker" and r.provenance.user_id == 10001 for r in parity)
+    table = (tmp_path / "run" / "parity" / "parity.md").read_text()
+    assert table.count("| pytorch [eager] | cpu |") == 5 and "FAIL" not in table, table
 
 
 def test_the_compiled_mode_runs_in_the_pytorch_image(docker_client, pytorch_image, tmp_path):
