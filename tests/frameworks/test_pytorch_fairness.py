@@ -70,6 +70,13 @@ def test_the_compiled_gru_is_a_loop_over_one_compiled_step_from_the_same_start(p
     assert compiled["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-5)
 
 
+def test_the_compiled_gru_keeps_the_forward_hook_contract_of_nn_gru(pytorch):
+    """A forward hook's returned value replaces the layer's outputs, and a removed hook runs no more,
+    in runtime.StepCompiledGRU (whose hooks run inside its own forward) as in nn.GRU."""
+    expected = {"replaced": True, "removed": True}
+    assert pytorch["gru_forward_hook"] == {"eager": expected, "compiled": expected}
+
+
 def test_tf32_is_not_applicable_on_the_cpu(pytorch):
     assert pytorch["cnn_run"]["extras"]["tf32"] == "n/a (CPU)"
     assert "allow_tf32" not in pytorch["cnn_run"]["extras"]

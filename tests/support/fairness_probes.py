@@ -126,6 +126,16 @@ def pytorch_facts() -> dict:
     cnn.run(run)
     facts["cnn_run"] = summary(run)
 
+    # StepCompiledGRU keeps nn.GRU's forward-hook contract: a returned value replaces the outputs
+    facts["gru_forward_hook"] = {}
+    for name, layer in (("eager", torch.nn.GRU(3, 4)), ("compiled", runtime.StepCompiledGRU(3, 4, "eager"))):
+        handle = layer.register_forward_hook(lambda module, inputs, outputs: (outputs[0] * 0, outputs[1]))
+        hooked = layer(torch.ones(5, 2, 3))[0]
+        handle.remove()
+        unhooked = layer(torch.ones(5, 2, 3))[0]
+        facts["gru_forward_hook"][name] = {"replaced": bool(torch.all(hooked == 0)),
+                                           "removed": bool(torch.any(unhooked != 0))}
+
     # the host copy: bf16 features reach numpy (which has no bfloat16) as float32
     facts["to_host_bf16"] = str(runtime.to_host(torch.ones(2, 3, dtype=torch.bfloat16)).dtype)
     return facts

@@ -202,8 +202,8 @@ class StepCompiledGRU(torch.nn.Module):
         self._own_forward_hooks = collections.OrderedDict()
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
-        """nn.Module's contract (hook(module, inputs, outputs), a handle whose remove() drops it),
-        but the hook runs at the end of this module's own forward, which TorchDynamo leaves alone: a
+        """nn.Module's contract (hook(module, inputs, outputs), whose returned value, if any, replaces
+        the outputs; a handle whose remove() drops it), but the hook runs at the end of this module's own forward, which TorchDynamo leaves alone: a
         hook that nn.Module.__call__ ran would be traced into the compiled model around this layer
         (graph breaks, and the hook's removal a recompilation)."""
         if prepend or with_kwargs or always_call:
@@ -225,7 +225,8 @@ class StepCompiledGRU(torch.nn.Module):
             states.append(hidden)
         outputs = (torch.stack(states), hidden.unsqueeze(0))  # as nn.GRU's: every step's state, the last
         for hook in list(self._own_forward_hooks.values()):
-            hook(self, (inputs,), outputs)
+            replaced = hook(self, (inputs,), outputs)
+            outputs = outputs if replaced is None else replaced  # nn.Module's: a returned value replaces them
         return outputs
 
 
