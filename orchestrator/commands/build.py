@@ -34,4 +34,6 @@ def build_images(options: images.BuildOptions = images.BuildOptions(), *, framew
     from orchestrator.backends import docker as docker_backend
 
     client = docker_backend.connect()
-    return [images.build(client, framework, variant, options, log=console.print).id for framework, variant in selected]
+    with images.engine_errors("building images"):
+        return [images.build(client, framework, variant, options, log=console.print).id
+                for framework, variant in selected]

@@ -55,7 +55,8 @@ def publish_images(options: images.BuildOptions = images.BuildOptions(), *, fram
     client = docker_backend.connect()
     published = []
     for framework, variant in selected:
-        fields = images.publish(client, framework, variant, options, target, log=console.print)
+        with images.engine_errors("publishing images"):
+            fields = images.publish(client, framework, variant, options, target, log=console.print)
         entry = image_lock.entry_from_labels(fields.pop("labels"), registry=target, published=image_lock.now(),
                                              **fields)
         entries[(framework.name, variant.name)] = entry

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.images import lock as image_lock
+from orchestrator.images import engine_errors, lock as image_lock
 from orchestrator.commands import common_args
 from orchestrator.commands._shared import console
 
@@ -34,7 +34,8 @@ def pull_images(*, frameworks: list[str], variants: list[str] | None, registry: 
     client = docker_backend.connect()
     pulled = []
     for framework, variant, entry in locked:
-        image = image_lock.pull(client, entry, registry, log=console.print)
+        with engine_errors("pulling images"):
+            image = image_lock.pull(client, entry, registry, log=console.print)
         reference = entry.reference(image_lock.registry(registry))
         console.print(f"pulled {reference} (verified: {entry.framework}/{entry.variant}, revision "
                       f"{entry.source_revision[:12]}, {entry.platform}; image {image.short_id})")

@@ -26,6 +26,7 @@ def push_images(*, frameworks: list[str], variants: list[str] | None, registry: 
     from orchestrator.backends import docker as docker_backend
 
     client = docker_backend.connect()
-    return [images.push_image(client, images.image_tag(framework, variant), images.image_tag(framework, variant, registry),
-                              log=console.print)
-            for framework, variant in common_args.selected_variants(frameworks, variants)]
+    with images.engine_errors("pushing images"):
+        return [images.push_image(client, images.image_tag(framework, variant),
+                                  images.image_tag(framework, variant, registry), log=console.print)
+                for framework, variant in common_args.selected_variants(frameworks, variants)]

@@ -1,13 +1,14 @@
 """The Docker engine's part: build (and what a build would send), pull, push, publish."""
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from pathlib import Path
 
 from rich.markup import escape
 
-from orchestrator.errors import CannotRunHere, UserError
+from orchestrator.errors import CannotRunHere, UserError, first_line
 from orchestrator.frameworks import Framework, Variant
 from orchestrator.images import labels, wheelhouse
 from orchestrator.images.context import (BuildOptions, Log, build_arguments, build_context, context_files,
@@ -34,6 +35,24 @@ def dry_run(framework: Framework, variant: Variant, options: BuildOptions) -> st
             size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
         lines.append(f"#   {size:>12,} B  {name}")
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def engine_errors(doing: str):
+    """Around a command's calls to the engine: an engine that stops answering midway (stopped, its
+    socket closed, a call past its time limit), or one that refuses a call no step explains, is one
+    line naming the fix and exit 2, never a traceback (RUN-GUARANTEES.md: bad input). What finished
+    before it stays: built images stay built, and publish has rewritten the lock after each image."""
+    import docker
+    import requests
+
+    try:
+        yield
+    except requests.exceptions.RequestException as error:
+        raise UserError(f"the Docker engine stopped answering while {doing} ({first_line(error, 200)}); check "
+                        "that it runs (`docker info`), then run the command again") from None
+    except docker.errors.DockerException as error:
+        raise UserError(f"the Docker engine refused a call while {doing}: {_explain(error)}") from None
 
 
 def build(client, framework: Framework, variant: Variant, options: BuildOptions, *, log: Log = print):
