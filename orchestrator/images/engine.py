@@ -50,9 +50,9 @@ def engine_errors(doing: str):
         yield
     except requests.exceptions.RequestException as error:
         raise UserError(f"the Docker engine stopped answering while {doing} ({first_line(error, 200)}); check "
-                        "that it runs (`docker info`), then run the command again") from None
+                        "that it runs (`docker info`), then run the command again") from error
     except docker.errors.DockerException as error:
-        raise UserError(f"the Docker engine refused a call while {doing}: {_explain(error)}") from None
+        raise UserError(f"the Docker engine refused a call while {doing}: {_explain(error)}") from error
 
 
 def build(client, framework: Framework, variant: Variant, options: BuildOptions, *, log: Log = print):
