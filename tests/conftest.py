@@ -40,8 +40,8 @@ def docker_client():
         client.ping()
     except Exception as error:  # noqa: BLE001 - any failure to reach the engine means: no engine here
         _skip_or_fail(f"no Docker engine answered ({str(error).splitlines()[0][:120]})")
-    # Only the first answer is bounded short. Later calls wait on real work: deleting a framework image
-    # of several GB while the other test worker builds one has taken the engine more than 30 s on CI.
+    # Only the first answer is bounded short. Later calls wait on real work: deleting a large framework
+    # image while the other test worker runs its own tests has taken the engine more than 30 s on CI.
     client.api.timeout = 600
     try:
         client.images.get(BASE_IMAGE)

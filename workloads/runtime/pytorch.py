@@ -203,9 +203,10 @@ class StepCompiledGRU(torch.nn.Module):
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
         """nn.Module's contract (hook(module, inputs, outputs), whose returned value, if any, replaces
-        the outputs; a handle whose remove() drops it), but the hook runs at the end of this module's own forward, which TorchDynamo leaves alone: a
-        hook that nn.Module.__call__ ran would be traced into the compiled model around this layer
-        (graph breaks, and the hook's removal a recompilation)."""
+        the outputs; a handle whose remove() drops it), but the hook runs at the end of this module's
+        own forward, which TorchDynamo leaves alone: a hook that nn.Module.__call__ ran would be
+        traced into the compiled model around this layer (graph breaks, and the hook's removal a
+        recompilation)."""
         if prepend or with_kwargs or always_call:
             raise NotImplementedError("StepCompiledGRU runs plain forward hooks only")
         handle = torch.utils.hooks.RemovableHandle(self._own_forward_hooks)
