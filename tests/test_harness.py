@@ -162,6 +162,26 @@ def test_a_non_finite_loss_in_the_middle_of_an_epoch_fails_the_cell(bad_step, di
         assert (result.status, result.reason) == ("ok", None)
 
 
+def test_the_loss_sums_first_add_is_made_inside_the_first_step_not_a_timed_one():
+    """A framework that compiles an operation on its first use (JAX's eager add) pays for the loss
+    sum's add in the first step, kept apart, not in the second, timed one (docs/FAIRNESS.md:
+    every-step-finite); its result is dropped, so the sum is still each step's loss once."""
+    run = smoke_run()
+    adds = []  # for each add of two losses: was the first step's clock still running?
+
+    def add_losses(total, loss):
+        if total is not None:
+            adds.append(run.result.samples.first_step_s is None)
+        return loss if total is None else total + loss
+
+    step_losses, sums = iter(range(1, 9)), []
+    loop.train(run, _training_data(), lambda x, y: np.float32(next(step_losses)), add_losses=add_losses,
+               sum_value=lambda total: sums.append(float(total)) or float(total))
+    assert adds[0] and not any(adds[1:]) and len(adds) == 1 + 7  # the first step's, then one per later step
+    assert run.result.samples.first_step_s is not None and run.result.samples.epoch_losses == [8.0]
+    assert sums == [sum(range(1, 9))]  # the first step's extra add counted nothing
+
+
 @pytest.mark.parametrize("bad_batch", [None, 1, 2])
 def test_non_finite_features_in_any_timed_batch_fail_the_cell(bad_batch):
     """The last timed batch's features are finite; a NaN in an earlier one still fails the cell."""

@@ -56,8 +56,14 @@ def training(framework: str, workload: str, options: dict, init: str = "canonica
         return dataclasses.replace(data, x_test=data.x_test[:keep], y_test=data.y_test[:keep])
 
     setattr(run, loader_name, load_with_a_partial_last_batch)
+    compiles = None
+    if framework == "jax":
+        from jax_compiles import timed_step_compiles  # this folder: the script's own
+
+        compiles = timed_step_compiles(run)
     _module(framework, workload).run(run)
     summary = _summary(run)
+    summary["timed_step_compiles"] = None if compiles is None else len(compiles)
     summary["test_batches"] = -(-(EVAL_BATCHES * run.settings.batch_size - SHORT_LAST_BATCH) // run.settings.batch_size)
     return summary
 

@@ -153,12 +153,15 @@ def keras_facts() -> dict:
 
     facts = {"backend": runtime.BACKEND}
     # the benchmark's own training path over TRAIN_STEPS steps: traces, what ran
-    run = make_run("cnn", max_train_batches=TRAIN_STEPS, **SMALL)
-    cnn.run(run)
-    facts["cnn_run"] = summary(run)
-    run = make_run("gru", max_train_batches=TRAIN_STEPS, sequence_length=20, **SMALL)
-    gru.run(run)
-    facts["gru_run"] = summary(run)
+    for workload, module, settings in (("cnn", cnn, {}), ("gru", gru, {"sequence_length": 20})):
+        run = make_run(workload, max_train_batches=TRAIN_STEPS, **settings, **SMALL)
+        compiles = None
+        if runtime.BACKEND == "jax":
+            from jax_compiles import timed_step_compiles  # this folder: the script's own
+
+            compiles = timed_step_compiles(run)
+        module.run(run)
+        facts[f"{workload}_run"] = {**summary(run), "timed_step_compiles": None if compiles is None else len(compiles)}
     run = make_run("resnet50", batch_size=2, warmup_batches=2, batches=4)  # inference: predict_step
     resnet50.run(run)
     facts["resnet50_run"] = summary(run)

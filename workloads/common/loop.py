@@ -29,7 +29,10 @@ def train(run, data, step: Callable, *, loss_value: Callable = float,
     the device: it is read (``loss_value``) once per epoch, after the epoch's clock has stopped.
     ``end_epoch`` runs after each epoch's clock stops too (e.g. Keras on JAX copies its state back).
     The very first step's loss is read at once (inside the first step's own time, which the
-    harness keeps apart): the validity gate compares every epoch's loss with it.
+    harness keeps apart): the validity gate compares every epoch's loss with it. The loss sum's
+    add is made once there too, its result dropped, so that a framework which compiles an
+    operation on its first use (JAX's eager add: tens of milliseconds) pays for it in the first
+    step, not in a timed one (docs/FAIRNESS.md: every-step-finite).
 
     Every step's loss is judged, not only the epoch's last (the validity gate, docs/FAIRNESS.md:
     every-step-finite): ``add_losses(total, loss)`` sums the epoch's losses where they are, on the
@@ -47,6 +50,7 @@ def train(run, data, step: Callable, *, loss_value: Callable = float,
             total = add_losses(total, loss)
             if run.result.samples.first_loss is None:
                 run.record_first_loss(loss_value(loss))
+                add_losses(total, loss)  # the add every later step makes, first made here (see above)
         if end_epoch is not None:
             end_epoch()
         run.end_epoch(loss_value(loss), loss_sum=sum_value(total))

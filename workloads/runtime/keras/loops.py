@@ -45,7 +45,7 @@ class TrainStep:
         x, y = FACTS.batch(x), FACTS.batch(y)
         if not self.started:
             self.started = True
-            return np.float32(model.train_on_batch(x, y))
+            return self._first_step(x, y)
         if BACKEND == "jax":
             return self._jax_step(x, y)
         model.reset_metrics()  # the loss tracker is a running mean: this batch's loss only
@@ -55,15 +55,25 @@ class TrainStep:
         logs = model.train_function([(x, y, None)])
         return logs["loss"]
 
+    def _first_step(self, x, y):
+        """train_on_batch. On JAX, the state the later steps carry and the loss as they return it (a
+        device scalar) are made here too, inside this first step's time, kept apart: no steady step
+        pays for them (FAIRNESS.md: every-step-finite, per-step-times)."""
+        loss = np.float32(self.model.train_on_batch(x, y))
+        if BACKEND != "jax":
+            return loss
+        import jax.numpy as jnp
+
+        self._take_jax_state()
+        return jnp.asarray(loss)
+
     def _jax_step(self, x, y):
         import jax
         import jax.numpy as jnp
 
         model = self.model
         if self.state is None:
-            self.state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
-                                              optimizer_variables=True, metrics_variables=True,
-                                              purge_model_variables=True)
+            self._take_jax_state()
         trainable, non_trainable, optimizer, metrics = self.state
         metrics = [jnp.zeros_like(value) for value in metrics]  # = reset_metrics()
         model._jax_state_synced = False
@@ -72,6 +82,12 @@ class TrainStep:
                                                 iter([(*data, None)]))
         last_outputs[0] = self.state
         return logs["loss"]
+
+    def _take_jax_state(self) -> None:
+        """JAX: the model's variables become the state the steps carry (the model's own copies purged)."""
+        self.state = self.model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
+                                               optimizer_variables=True, metrics_variables=True,
+                                               purge_model_variables=True)
 
     def sync_weights(self) -> None:
         """Write the JAX state back to the model's variables (a no-op on the other backends)."""
