@@ -10,9 +10,12 @@ BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # one event per 
 
 
 def timed_step_compiles(run) -> list:
-    """From now on, one entry (its seconds) per XLA compilation inside ``run``'s timed training steps."""
+    """From now on, one entry (its seconds) per XLA compilation inside ``run``'s timed training steps.
+    JAX's compilation caches are emptied first, so that what an earlier run in this process compiled
+    (the loss sum's add, say) cannot hide one of this run's compilations."""
     import jax
 
+    jax.clear_caches()
     found = []
 
     def listen(event: str, seconds: float, **_) -> None:
