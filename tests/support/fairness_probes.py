@@ -39,7 +39,22 @@ def summary(run: Run) -> dict:
     result = run.finish()
     return {"status": result.status, "reason": result.reason, "traces": result.samples.traces,
             "steps": sum(result.samples.epoch_steps), "first_loss": result.samples.first_loss,
-            "epoch_losses": result.samples.epoch_losses, "extras": result.provenance.extras}
+            "epoch_losses": result.samples.epoch_losses, "extras": result.provenance.extras,
+            "phases": sorted(result.phases)}
+
+
+def precompiled_headers(result) -> dict:
+    """Where inductor built its precompiled header (a .gch file in this process's own temporary
+    folder) against the phases' wall-clock spans: the first compiled cell of the process builds it."""
+    import glob
+    import tempfile
+
+    built = [os.path.getmtime(path) for path in
+             glob.glob(os.path.join(tempfile.gettempdir(), "**", "*.gch"), recursive=True)]
+    (start, end), = result.phase_spans.get("compiler_setup") or [(0.0, -1.0)]  # none: nothing was in it
+    first_step = result.phase_spans["first_step"][0][0]
+    return {"headers": len(built), "in_setup": sum(start <= when <= end for when in built),
+            "before_the_first_step": sum(when < first_step for when in built)}
 
 
 def max_relative(a, b) -> float:
@@ -122,6 +137,7 @@ def pytorch_facts() -> dict:
     run = make_run("gru", mode="compiled", max_train_batches=2, sequence_length=20, **SMALL)
     gru.run(run)
     facts["gru_compiled_run"] = summary(run)
+    facts["compiled_setup"] = precompiled_headers(run.result)  # this process's first compiled cell
     run = make_run("cnn", max_train_batches=2, **SMALL)
     cnn.run(run)
     facts["cnn_run"] = summary(run)
@@ -283,13 +299,16 @@ def facts(framework: str, timeout: float = 1200) -> dict:
     backend on first use: `python -m orchestrator run-matrix --backend local ...`); the calling test
     skips where it has not been built. Run once per test session and framework."""
     import subprocess
+    import tempfile
 
     if framework not in _FACTS:
         from support.framework_cells import framework_python
 
         python = framework_python(framework)  # the cached environment, or the test skips
-        completed = subprocess.run([python, __file__, framework], capture_output=True, text=True,
-                                   timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
+        with tempfile.TemporaryDirectory(prefix="rosetta-probe-") as scratch:  # as a backend gives a cell
+            environment = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TMPDIR": scratch}
+            completed = subprocess.run([python, __file__, framework], capture_output=True, text=True,
+                                       timeout=timeout, env=environment, check=False)
         lines = [line for line in completed.stdout.splitlines() if line.startswith("FACTS ")]
         assert completed.returncode == 0 and lines, f"the {framework} probe failed:\n{completed.stderr[-4000:]}"
         _FACTS[framework] = json.loads(lines[-1][len("FACTS "):])

@@ -4,10 +4,12 @@ jit_compile=True (workloads/runtime/keras/).
 
 `compile_caches` puts inductor's and Triton's caches in the cell's own temporary folder, so every
 compiled cell compiles cold (docs/FAIRNESS.md: modes-compared), and refuses the CPU's compiled mode
-where inductor would find no C++ compiler or no Python headers; `counting_backend` is inductor itself, counting each
-graph it compiles in ``samples.traces``. The caller passes inductor's compile function in: nothing
-is imported here (standard library only, Python 3.6: every image carries workloads/common/, and an
-image imports only numpy and its one framework).
+where inductor would find no C++ compiler or no Python headers; `set_up` runs inductor's own setup,
+which no model's compilation is part of, as a phase of its own before the model is built;
+`counting_backend` is inductor itself, counting each graph it compiles in ``samples.traces``. The
+caller passes inductor's compile function in: nothing is imported here (standard library only,
+Python 3.6: every image carries workloads/common/, and an image imports only numpy and its one
+framework).
 """
 import hashlib
 import importlib.util
@@ -42,6 +44,27 @@ def compile_caches(device_type):
         raise Unsupported("torch.compile on the CPU needs Python's C headers: no Python.h in {} "
                           "(Debian: python3-dev)".format(headers))
     return "inductor: C++/OpenMP kernels built by {}; {}".format(found, caches)
+
+
+COMPILER_SETUP = "compiler_setup"  # the phase set_up times (result.phases, phase_spans)
+
+
+def set_up(run, torch, device_type):
+    """Inductor's setup, timed as a phase of its own before the model is built, so that the first
+    step holds the model's compilation and nothing else (docs/FAIRNESS.md: modes-compared). On the
+    CPU inductor first compiles C++ probes of the vector instructions it may use and a precompiled
+    header of its kernels' prelude (about 13 s on a 2-core CPU, the same for every model); on a GPU,
+    Triton builds its driver helpers. XLA has no such step: its first compilation of a trivial
+    function takes 0.03 s here. One trivial function is compiled and run with plain inductor (not
+    counted in ``samples.traces``); everything it leaves stays in the cell's own caches, and the
+    model's kernels still compile cold, in the first step. After ``run.declare_sync``."""
+    probe = torch.compile(_trivial, backend="inductor", dynamic=False)
+    with run.phase(COMPILER_SETUP):
+        probe(torch.ones(16, device=device_type))
+
+
+def _trivial(x):
+    return (x * 2.0 + 1.0).relu().sum()
 
 
 def counting_backend(run, compile_graph, label="torch.compile graph", context=None):

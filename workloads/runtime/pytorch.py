@@ -10,7 +10,9 @@ or compiled: `policy.compiled(model)` wraps the model in torch.compile (inductor
 so its forward and backward run as fused generated kernels; the optimizer's update stays PyTorch's
 own (fused where it has the kernel). Compilation happens on the first call, so in the first
 training step or the warm-up pass (FAIRNESS.md: warm-up-apart), with its caches in the cell's own
-temporary folder (never the home folder: every cell compiles cold, as a fresh machine would).
+temporary folder (never the home folder: every cell compiles cold, as a fresh machine would);
+inductor's own setup, the same for every model, is timed apart before the model is built
+(workloads/common/inductor.py, set_up).
 """
 from __future__ import annotations
 
@@ -119,6 +121,8 @@ def select_device(run: Run, *, convolutions: bool = True) -> TorchPolicy:
                 "autocast": str(_AUTOCAST_DTYPES.get(precision, "none")),
                 **({"compiler": compiler} if compiler else {})},
     )
+    if compile_with is not None:
+        inductor.set_up(run, torch, device.type)
     return TorchPolicy(device, precision, memory_format, compile_with)
 
 

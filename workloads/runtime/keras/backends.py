@@ -65,6 +65,9 @@ class _TensorFlow:
     def compiler(self, device: str, compiled: bool) -> str:
         return ""  # XLA: the "xla" extra says it all
 
+    def set_up_compiler(self, run, device: str, compiled: bool) -> None:
+        """Nothing: XLA's setup is in-process and takes hundredths of a second (inductor.set_up)."""
+
     def refuses_rnn(self, compiled: bool) -> str | None:
         return None  # XLA compiles the GRU's scan (and Keras turns it off for cuDNN's GRU, recorded)
 
@@ -133,6 +136,9 @@ class _Jax:
 
     def compiler(self, device: str, compiled: bool) -> str:
         return ""
+
+    def set_up_compiler(self, run, device: str, compiled: bool) -> None:
+        """Nothing: XLA's setup is in-process and takes hundredths of a second (inductor.set_up)."""
 
     def refuses_rnn(self, compiled: bool) -> str | None:
         return None  # the GRU is a lax.scan, one loop in the compiled step
@@ -214,6 +220,12 @@ class _Torch:
         """The compiled mode's inductor: its caches in the cell's temporary folder, and the CPU's C++
         compiler, or Unsupported without one (workloads/common/inductor.py, as the PyTorch row)."""
         return inductor.compile_caches(device) if compiled else ""
+
+    def set_up_compiler(self, run, device: str, compiled: bool) -> None:
+        """The compiled mode: inductor's own setup, timed apart before the model is built
+        (workloads/common/inductor.py, set_up, as the PyTorch row)."""
+        if compiled:
+            inductor.set_up(run, self.torch, device)
 
     def refuses_rnn(self, compiled: bool) -> str | None:
         return TORCH_COMPILED_RNN if compiled else None

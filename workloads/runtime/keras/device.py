@@ -71,6 +71,7 @@ def select_device(run: Run, *, recurrent: bool = False) -> KerasPolicy:
                 "autotune": FACTS.autotune if device == "cuda" else "none (CPU)",
                 **({"compiler": compiler} if compiler else {})},
     )
+    FACTS.set_up_compiler(run, device, compiled)
     return policy
 
 
