@@ -182,7 +182,7 @@ def test_int64_labels_become_int32_without_changing_them():
 def jax_checks():
     """One JAX process for every check below (tests/support/compiled_step_checks.py)."""
     return run_checks("jax", ["training:cnn", "training:gru", "inference", "first_loss:canonical",
-                              "first_loss:framework"])
+                              "first_loss:framework", "initial_variables"])
 
 
 @pytest.mark.e2e
@@ -231,3 +231,15 @@ def test_training_starts_from_the_canonical_weights_unless_told_otherwise(jax_ch
     expected = expected_first_loss("gru")
     assert canonical_start["first_loss"] == pytest.approx(expected, rel=1e-5)
     assert framework_start["first_loss"] != pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workload", ["cnn", "gru", "resnet50"])
+def test_from_the_canonical_weights_the_model_build_computes_no_initial_variable(jax_checks, workload):
+    """The canonical weights replace Flax's initial variables (docs/FAIRNESS.md: same-start), so
+    build_model only traces the initialiser for their shapes (jax.eval_shape), never compiling or
+    running it for values thrown away; with --init framework they are computed, arrays of the same shapes."""
+    canonical_build = jax_checks["initial_variables"][f"{workload}:canonical"]
+    framework_build = jax_checks["initial_variables"][f"{workload}:framework"]
+    assert canonical_build["kinds"] == ["shape"] and framework_build["kinds"] == ["array"]
+    assert canonical_build["shapes"] == framework_build["shapes"] and canonical_build["shapes"]

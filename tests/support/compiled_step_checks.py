@@ -119,6 +119,23 @@ def inference(framework: str, options: dict, mode: str = "") -> dict:
     return summary
 
 
+def initial_variables(framework: str) -> dict:
+    """Each JAX workload's model as its build_model makes it, from the canonical weights and with
+    --init framework: its variables' kinds ("array", or "shape" for a value never computed) and shapes."""
+    import jax
+
+    found = {}
+    for workload in ("cnn", "gru", "resnet50"):
+        implementation = _module(framework, workload).IMPLEMENTATION
+        for init in ("canonical", "framework"):
+            run = Run(Cell(framework, workload, profile="smoke", data="synthetic", init=init), device="cpu")
+            leaves = jax.tree_util.tree_leaves(implementation.build_model(run, implementation.device_policy(run)).params)
+            found[f"{workload}:{init}"] = {
+                "shapes": [list(leaf.shape) for leaf in leaves],
+                "kinds": sorted({"array" if isinstance(leaf, jax.Array) else "shape" for leaf in leaves})}
+    return found
+
+
 def tensorflow_optimizers() -> dict:
     """The workload files' fused optimizers, one variable, tiny gradients (where epsilon's place
     matters), against PyTorch's update written out in float64."""
@@ -202,6 +219,8 @@ def main(argv) -> None:
         elif name == "inference":
             options = dict([argument.split("=", 1)]) if argument else {}
             report[check] = inference(framework, options, mode=options.pop("mode", ""))
+        elif name == "initial_variables":
+            report[check] = initial_variables(framework)
         elif name == "optimizers":
             report[check] = tensorflow_optimizers()
         else:

@@ -60,9 +60,9 @@ class VGGStyleCNN(nn.Module):
         return dense(s.classes, "dense2")(x).astype(jnp.float32)  # logits: softmax lives in the loss
 
 
-def init_params(model, s):
-    images = jnp.zeros((1, *s.image_shape), jnp.float32)
-    return jax.jit(model.init)(jax.random.key(runtime.SEED), images)["params"]
+def init_params(model, run):
+    images = jnp.zeros((1, *run.settings.image_shape), jnp.float32)
+    return runtime.initial_variables(run, model, images)["params"]
 
 
 OPTIMIZER = "optax.sgd(momentum=0.9), the plain form v = m*v + g, w -= lr*v"
@@ -104,7 +104,7 @@ class CNNWorkload(runtime.Training):
 
     def build_model(self, run, policy, dropout=True):
         model = VGGStyleCNN(run.settings, dtype=policy.compute_dtype)
-        return runtime.Model(model, init_params(model, run.settings), make_loss(model, dropout))
+        return runtime.Model(model, init_params(model, run), make_loss(model, dropout))
 
     def build_parity_model(self, run, policy, batch):
         # dropout off for the steps too: dropout is random and frameworks' generators differ

@@ -82,9 +82,9 @@ def _uniform(limit):
     return init
 
 
-def init_params(model, s):
-    tokens = jnp.zeros((1, s.sequence_length), jnp.int32)
-    return jax.jit(model.init)(jax.random.key(runtime.SEED), tokens)["params"]
+def init_params(model, run):
+    tokens = jnp.zeros((1, run.settings.sequence_length), jnp.int32)
+    return runtime.initial_variables(run, model, tokens)["params"]
 
 
 OPTIMIZER = "optax.adam(eps_root=0), epsilon after sqrt(v_hat) as PyTorch"
@@ -126,7 +126,7 @@ class GRUWorkload(runtime.Training):
 
     def build_model(self, run, policy):
         model = GRUClassifier(run.settings, dtype=policy.compute_dtype)
-        return runtime.Model(model, init_params(model, run.settings), make_loss(model))
+        return runtime.Model(model, init_params(model, run), make_loss(model))
 
     def load_canonical(self, model, params):
         model.params = load_canonical(model.params, params)

@@ -75,9 +75,9 @@ class ResNet50Features(nn.Module):
         return jnp.mean(x, axis=(1, 2)).astype(jnp.float32)  # global average pool -> (N, 2048)  # phrase: global-avg-pool
 
 
-def init_variables(model, s):
-    images = jnp.zeros((1, *s.image_shape), jnp.float32)
-    return jax.jit(model.init)(jax.random.key(runtime.SEED), images)  # {"params": ..., "batch_stats": ...}
+def init_variables(model, run):
+    images = jnp.zeros((1, *run.settings.image_shape), jnp.float32)
+    return runtime.initial_variables(run, model, images)  # {"params": ..., "batch_stats": ...}
 
 
 # --- canonical weights --------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class ResNet50Workload(runtime.FeatureExtraction):
 
     def build_model(self, run, policy):
         model = ResNet50Features(dtype=policy.compute_dtype)
-        return runtime.Model(model, init_variables(model, run.settings))
+        return runtime.Model(model, init_variables(model, run))
 
     def load_canonical(self, model, params):
         model.params = load_canonical(model.params, params)

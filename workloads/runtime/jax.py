@@ -31,6 +31,7 @@ from workloads.common import loop, precision as precision_rules, scaffold
 from workloads.common.harness import Policy, Run, Unsupported
 from workloads.common.threads import JAX_THREADS
 from workloads.common.hyperparams import SEED
+from workloads.common.result import CANONICAL_INIT
 
 _COMPUTE_DTYPES = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
 _last_outputs: list = [None]  # what the last dispatched jitted call returned, for run.sync
@@ -140,6 +141,18 @@ def peak_memory_mb(policy: JaxPolicy) -> float | None:
 
 
 # --- model facts ----------------------------------------------------------------------------------
+
+def initial_variables(run: Run, model: nn.Module, sample: jax.Array) -> dict:
+    """Flax's initial variables of `model`, traced on one `sample`. From the canonical weights
+    (docs/FAIRNESS.md: same-start), the default and every parity cell, they are replaced before
+    any use, so only their shapes and structure are made (jax.eval_shape: traced, never compiled
+    or run; the compiled initialiser took 2 to 8 s of the CPU's model_build); with --init framework
+    they are Flax's own values, computed in one jitted call."""
+    key = jax.random.key(SEED)
+    if run.init == CANONICAL_INIT:
+        return jax.eval_shape(model.init, key, sample)
+    return jax.jit(model.init)(key, sample)
+
 
 def parameter_count(params) -> int:
     """Trainable parameters (the "params" collection), as PyTorch's parameters(): batch-norm statistics are state."""
