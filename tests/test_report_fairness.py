@@ -261,9 +261,24 @@ def test_a_step_much_slower_than_the_median_flags_a_suspected_retrace(tmp_path):
     summary = summary_of(tmp_path)
     tensorflow = only(summary, framework="tensorflow")
     assert tensorflow["slow_steps"] == 1
-    assert tensorflow["flags"][0].startswith("retrace/recompile suspected: 1 step(s) over 10x the median step")
+    assert tensorflow["flags"][0] == ("slow steps: 1 step(s) over 10x the median step (slowest 400 ms, median 10 ms); "
+                                      "retrace/recompile suspected: a function was traced again")
     assert tensorflow["flags"][1] == "traces: train_step 2x"  # a count of 1 is not shown
     assert only(summary, framework="pytorch")["flags"] == []
+
+
+@pytest.mark.parametrize("traces, cause", [
+    ({"train_step": 1, "eval_step": 1},
+     "each compiled function traced once: not a retrace (a stall, or work outside them)"),
+    ({}, "no trace count recorded: a recompilation or a stall"),
+])
+def test_a_slow_step_says_what_the_trace_counts_tell_of_its_cause(tmp_path, traces, cause):
+    """FAIRNESS.md, per-step-times: every compiled function traced once rules a retrace out (MindSpore's
+    graph-mode GRU stalls on a CPU with each step traced once); an eager row records no count."""
+    stalled = [15.3, 0.21, 0.2, 0.34, 0.21, 0.23, 3.79, 1.16]
+    write(tmp_path, [training("mindspore", 70, steps=stalled, traces=traces)])
+    assert only(summary_of(tmp_path), framework="mindspore")["flags"] == [
+        f"slow steps: 1 step(s) over 10x the median step (slowest 3.79e+03 ms, median 220 ms); {cause}"]
 
 
 def test_inference_batches_are_not_judged_as_training_steps(tmp_path):

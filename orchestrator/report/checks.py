@@ -1,6 +1,6 @@
 """What the report flags on a row without keeping it out of the ranking: steps much slower than the
-median step (a retrace or recompilation suspected), a compiled function traced more than once, a
-framework's own initialisers, and rows of one group that had different shares of the machine.
+median step (with what the trace counts say of their cause), a compiled function traced more than
+once, a framework's own initialisers, and rows of one group that had different shares of the machine.
 
 What keeps a row out of the ranking is the gate's (gate.py, FAIRNESS.md: ranking-gate); these are
 the row's ``flags``, shown in its Checks column.
@@ -84,12 +84,26 @@ def row_flags(init: str, slow: dict, traced: dict[str, int], threads: list[str] 
     if init == FRAMEWORK_INIT:
         flags.append("init=framework: accuracy not from the same start (each framework's own initialisers)")
     if slow["count"]:
-        flags.append(f"retrace/recompile suspected: {slow['count']} step(s) over {SLOW_STEP_FACTOR:g}x the median "
-                     f"step (slowest {slow['slowest'] * 1000:.3g} ms, median {slow['median'] * 1000:.3g} ms)")
+        flags.append(slow_step_flag(slow, traced))
     retraced = {function: count for function, count in sorted(traced.items()) if count > 1}
     if retraced:
         flags.append("traces: " + ", ".join(f"{function} {count}x" for function, count in retraced.items()))
     return flags
+
+
+def slow_step_flag(slow: dict, traced: dict[str, int]) -> str:
+    """The slow steps' figures, and what the row's trace counts say of their cause (FAIRNESS.md:
+    per-step-times): a function traced again points to a retrace; every compiled function traced
+    once rules one out (a stall of the host or the framework's threads, or work outside those
+    functions, such as an eager op compiled on first use); with no count recorded (an eager row, or
+    a framework that cannot count) it stays open."""
+    figures = (f"slow steps: {slow['count']} step(s) over {SLOW_STEP_FACTOR:g}x the median step "
+               f"(slowest {slow['slowest'] * 1000:.3g} ms, median {slow['median'] * 1000:.3g} ms)")
+    if any(count > 1 for count in traced.values()):
+        return f"{figures}; retrace/recompile suspected: a function was traced again"
+    if traced:
+        return f"{figures}; each compiled function traced once: not a retrace (a stall, or work outside them)"
+    return f"{figures}; no trace count recorded: a recompilation or a stall"
 
 
 def flag_unequal_cpus(summary: pd.DataFrame) -> pd.DataFrame:

@@ -80,8 +80,10 @@ def notes() -> list[str]:
         "which check failed (its Gate column, and \"Not ranked\").",
         f"Slow steps: a training step after the first that took more than {checks.SLOW_STEP_FACTOR:g}x the median "
         f"step and at least {checks.SLOW_STEP_EXTRA_S * 1000:g} ms more than it (each epoch's last step, which "
-        f"waits for the device, left out) flags the row \"retrace/recompile suspected\"; a compiled function "
-        f"traced more than once is shown with its count. Flags do not keep a row out of the ranking.",
+        f"waits for the device, left out) flags the row \"slow steps\", with what its trace counts say of "
+        f"the cause (a function traced again: a retrace suspected; each traced once: not a retrace); "
+        f"a compiled function traced more than once is shown with its count. Flags do not keep a row out of the "
+        f"ranking.",
         "A GRU row's name says which kernel ran (gru=cudnn, scan, fused-cpu, python-loop, compiled-step, as the "
         "framework recorded it): rows with different kernels share a ranking, and their names say so.",
         "Rows of one group that could use different shares of the machine (CPU affinity, cgroup CPU quota) "

@@ -198,7 +198,7 @@ def test_every_jitted_step_traces_once_in_20_training_steps(jax_checks, check):
 def test_no_xla_compilation_lands_in_a_timed_training_step(jax_checks, check):
     """Every compilation (the step's, the loss sum's eager add) is in the first step, timed apart:
     the loss sum's add, first made in the second step, once cost it tens of milliseconds there,
-    and the report flagged the row "retrace/recompile suspected" (docs/FAIRNESS.md: every-step-finite)."""
+    and the report flagged the row for slow steps (docs/FAIRNESS.md: every-step-finite)."""
     found = jax_checks[check]
     assert found["status"] == "ok", found["reason"]
     assert found["timed_step_compiles"] == 0

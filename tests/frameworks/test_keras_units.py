@@ -173,7 +173,7 @@ def test_compiled_train_step_traces_once_per_shape_over_twenty_steps(keras_row, 
 def test_on_jax_no_xla_compilation_lands_in_a_timed_training_step(keras_row, workload):
     """Keras on JAX: the loss sum's eager add is compiled in the first step, timed apart (its
     loss is a device scalar from the first step on); it once landed in the second, which the report
-    then flagged "retrace/recompile suspected". docs/FAIRNESS.md: every-step-finite."""
+    then flagged as a slow step. docs/FAIRNESS.md: every-step-finite."""
     framework, found = keras_row
     run = found[f"{workload}_run"]
     assert run["status"] == "ok", run["reason"]
