@@ -52,7 +52,8 @@ def compiled_cells(folder: pathlib.Path) -> tuple[int, float, list[str]]:
     for path in sorted(folder.glob("cells/*.json")) + sorted(folder.glob("parity/cells/*.json")):
         record = json.loads(path.read_text())
         cell = record.get("cell") or {}
-        if cell.get("mode") and cell.get("mode") != modes.default(cell.get("framework", "")):
+        framework = cell.get("framework", "")
+        if modes.resolve(framework, cell.get("mode") or "") != modes.default(framework):
             count += 1
             seconds += record.get("wall_time_s") or 0.0
             first = (record.get("samples") or {}).get("first_step_s")

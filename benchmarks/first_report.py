@@ -59,11 +59,11 @@ def main() -> int:
     completed = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     (scratch / "run-matrix.log").write_text(completed.stdout + completed.stderr)
-    statuses = Counter(document.get("status", "?") for document in cell_records(results / "cells"))
-    by_mode = seconds_by_mode(results / "cells")
+    cells, parity_cells = cell_records(results / "cells"), cell_records(results / "parity" / "cells")
+    statuses = Counter(document.get("status", "?") for document in cells)
+    by_mode, parity_by_mode = seconds_by_mode(cells), seconds_by_mode(parity_cells)
     cell_seconds = sum(by_mode.values())
-    parity_seconds = parity_span(results / "parity" / "cells")
-    parity_by_mode = seconds_by_mode(results / "parity" / "cells")
+    parity_seconds = parity_span(parity_cells)
     report = results / "report.html"
     print(f"exit {completed.returncode}; wall time {elapsed / 60:.1f} min ({elapsed:.0f} s; target "
           f"{TARGET_S // 60} min: {'met' if elapsed <= TARGET_S else 'missed'})")
@@ -87,24 +87,23 @@ def cell_records(folder: pathlib.Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in folder.glob("*.json")]
 
 
-def seconds_by_mode(folder: pathlib.Path) -> dict[str, float]:
+def seconds_by_mode(documents: list[dict]) -> dict[str, float]:
     """The cells' wall times summed by whether each ran its framework's default mode
     (workloads/common/modes.py) or a second one: the share `--modes default` leaves out."""
     totals = {DEFAULT_MODE: 0.0, SECOND_MODE: 0.0}
-    for document in cell_records(folder):
+    for document in documents:
         cell = document.get("cell") or {}
-        mode = cell.get("mode") or ""
-        default = mode in ("", modes.default(str(cell.get("framework", ""))))
+        framework = str(cell.get("framework", ""))
+        default = modes.resolve(framework, str(cell.get("mode") or "")) == modes.default(framework)
         totals[DEFAULT_MODE if default else SECOND_MODE] += float(document.get("wall_time_s") or 0.0)
     return totals
 
 
-def parity_span(folder: pathlib.Path) -> float:
+def parity_span(documents: list[dict]) -> float:
     """Seconds from the first parity cell's start to the last one's end: they run several at once,
     so their wall times overlap and their sum says nothing of the run's time."""
     spans = []
-    for path in folder.glob("*.json"):
-        document = json.loads(path.read_text())
+    for document in documents:
         wall, started = float(document.get("wall_time_s") or 0.0), document.get("started_at")
         if wall and started:
             begin = datetime.datetime.fromisoformat(started).timestamp()
